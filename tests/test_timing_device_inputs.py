@@ -1,0 +1,68 @@
+import time
+
+import pytest
+import torch
+
+from shapelab import Timing, batches, check_shape, fmt_seconds, make_tensor, parse_sizes, pick_device, time_call, time_first_call
+from shapelab.device import device_note
+
+
+def test_timing_reports_median_and_iqr():
+    t = Timing((1.0, 2.0, 3.0, 4.0, 100.0))
+    assert t.median == 3.0 and t.q1 == 2.0 and t.q3 == 4.0 and t.spread == 2.0
+    assert t.quantile(1.0) == 100.0
+    assert "IQR" in str(t) and "n=5" in str(t)
+
+
+def test_time_call_warms_up_then_repeats():
+    calls = []
+    t = time_call(lambda: (calls.append(1), time.sleep(0.002)), warmup=2, repeats=5)
+    assert len(calls) == 7 and len(t.samples) == 5
+    assert 0.0015 < t.median < 0.05
+    with pytest.raises(ValueError):
+        time_call(lambda: None, repeats=0)
+
+
+def test_time_first_call_includes_compile():
+    torch.compiler.reset()
+    f = torch.compile(lambda x: x.cos() + 1, backend="aot_eager")
+    first = time_first_call(f, torch.ones(8))
+    warm = time_call(f, torch.ones(8), repeats=5).median
+    torch.compiler.reset()
+    assert first > 5 * warm
+
+
+def test_fmt_seconds_picks_units():
+    assert fmt_seconds(2.5) == "2.5 s" and fmt_seconds(0.012) == "12 ms" and fmt_seconds(3e-6) == "3 µs"
+
+
+def test_device_choice_and_missing_gpu(capsys):
+    assert pick_device("cpu").type == "cpu"
+    if not torch.cuda.is_available():
+        assert pick_device("cuda").type == "cpu"
+        assert "No CUDA GPU" in capsys.readouterr().out
+    assert "CPU" in device_note(torch.device("cpu"))
+    with pytest.raises(ValueError, match="unknown device"):
+        pick_device("tpu")
+
+
+def test_shapes_are_validated():
+    assert check_shape((4, 0)) == (4, 0)
+    with pytest.raises(ValueError, match="negative"):
+        make_tensor((-1, 3))
+    with pytest.raises(TypeError, match="must be an int"):
+        make_tensor((2.5, 3))
+    with pytest.raises(MemoryError, match="smaller size"):
+        make_tensor((10**6, 10**6))
+    assert [tuple(x.shape) for x in batches([4, 0], 3)] == [(4, 3), (0, 3)]
+    assert torch.equal(make_tensor((3,), seed=1), make_tensor((3,), seed=1))
+
+
+def test_parse_sizes():
+    assert parse_sizes("4, 8;16 ,1") == [4, 8, 16, 1]
+    with pytest.raises(ValueError, match="not a whole number"):
+        parse_sizes("4, eight")
+    with pytest.raises(ValueError, match="negative"):
+        parse_sizes("4, -2")
+    with pytest.raises(ValueError, match="no sizes"):
+        parse_sizes(" , ")
