@@ -1,0 +1,255 @@
+"""Each lab bench, tested the way a learner meets it: JupyterLab in a real headless Chromium.
+
+For every lesson with a bench: start JupyterLab on 127.0.0.1 (fresh settings: no news, no
+update checks, no autosave) serving a copy of the notebook at CI size; run all cells from the
+menu; change a control as a person would (type into a slider's readout, pick a dropdown
+option); press Run; and check that the panes show the new compile count and recompile reason,
+that no widget placeholder or widget error is on the page, and that the page raised no
+JavaScript error. A screenshot of the bench after the change is saved under
+test-artifacts/screenshots/.
+
+Needs Debian's `chromium` (at /usr/bin/chromium) and the `playwright` package; nothing
+downloads a browser. Without Chromium the test skips, except under CI=true where it fails.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = os.environ.get("SHAPELAB_CHROMIUM", "/usr/bin/chromium")
+INSTALL_HINT = "sudo apt-get install chromium  (Debian/Ubuntu), then: pip install playwright"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing a person does to a control: type into a slider/text box, or pick an option."""
+
+    action: str  # "type" or "select"
+    label: str  # the control's description, as shown on screen
+    value: str
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """What to do to a lesson's bench, and what its panes must then show."""
+
+    steps: tuple[Step, ...]
+    expect: tuple[str, ...]  # texts that must appear in the bench after Run
+
+
+def _lesson00_spec() -> BenchSpec:
+    import shapelab
+
+    # Staging-like traffic: 12 requests over a few batch sizes, one static graph per distinct size.
+    sizes = shapelab.request_lengths(12, 32, "few", seed=0)
+    return BenchSpec(
+        steps=(Step("type", "requests", "12"), Step("select", "traffic", "few")),
+        expect=(f"{len(set(sizes))} compile(s) over 12 call(s)", "size mismatch at index 0"),
+    )
+
+
+SPECS = {"00_": _lesson00_spec}
+
+
+def _lessons_with_bench() -> list[Path]:
+    out = []
+    for path in sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")):
+        if "LabBench(" in path.read_text():
+            out.append(path)
+    return out
+
+
+def _spec_for(path: Path) -> BenchSpec:
+    for prefix, make in SPECS.items():
+        if path.name.startswith(prefix):
+            return make()
+    raise AssertionError(f"{path.name} has a lab bench but tests/test_browser.py has no BenchSpec for it")
+
+
+def _browser_available() -> str | None:
+    """None if the browser test can run, else the reason it cannot."""
+    if not Path(CHROMIUM).exists():
+        return f"Chromium not found at {CHROMIUM}; install it with: {INSTALL_HINT}"
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return f"the playwright package is missing; install it with: {INSTALL_HINT}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    reason = _browser_available()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"browser test is mandatory in CI: {reason}")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage"],
+        )
+        yield b
+        b.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _write_settings(settings: Path) -> None:
+    """User settings for a quiet, deterministic JupyterLab: no news, no update checks, no autosave."""
+    files = {
+        "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
+        "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
+    }
+    for rel, content in files.items():
+        f = settings / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(content))
+
+
+@pytest.fixture
+def lab_server(tmp_path):
+    """A JupyterLab server on 127.0.0.1 serving tmp_path/work; yields (base url, token, work dir)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    settings = tmp_path / "settings"
+    _write_settings(settings)
+    port, token = _free_port(), "shapelab-test"
+    env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "ws"),
+               JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+               MPLBACKEND="module://matplotlib_inline.backend_inline")
+    log = open(tmp_path / "jupyterlab.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}", "--LabApp.news_url=None",
+         "--ServerApp.disable_check_xsrf=False"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError("JupyterLab did not start:\n" + (tmp_path / "jupyterlab.log").read_text()[-3000:])
+                time.sleep(0.5)
+        yield base, token, work
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def _copy_at_ci_scale(src: Path, dst_dir: Path) -> Path:
+    nb = nbformat.read(src, as_version=4)
+    for cell in nb.cells:
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            cell.source += '\nSCALE = "ci"'
+    dst = dst_dir / src.name
+    nbformat.write(nb, dst)
+    return dst
+
+
+def _control(page, label: str):
+    """The widget box whose description label reads exactly ``label``."""
+    box = page.locator(".widget-inline-hbox").filter(has=page.locator(f"label.widget-label:text-is('{label}')"))
+    assert box.count() >= 1, f"no control labelled {label!r} on the page"
+    return box.last
+
+
+def _do(page, step: Step) -> None:
+    box = _control(page, step.label)
+    if step.action == "type":
+        field = box.locator(".widget-readout, input").first
+        field.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.type(step.value)
+        page.keyboard.press("Enter")
+    elif step.action == "select":
+        box.locator("select").select_option(label=step.value)
+    else:
+        raise ValueError(f"unknown step action {step.action!r}")
+
+
+@pytest.mark.parametrize("notebook", _lessons_with_bench(), ids=lambda p: p.stem)
+def test_bench_in_jupyterlab(notebook, browser, lab_server):
+    spec = _spec_for(notebook)
+    base, token, work = lab_server
+    copy = _copy_at_ci_scale(notebook, work)
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.set_default_timeout(120_000)
+    try:
+        _drive(page, spec, base, token, copy, errors)
+    except Exception:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"{notebook.stem}-FAILED.png"), full_page=True)
+        raise
+    page.close()
+
+
+def _drive(page, spec: BenchSpec, base: str, token: str, copy: Path, errors: list[str]) -> None:
+    page.goto(f"{base}/lab/tree/{copy.name}?token={token}&reset")
+    page.locator(".jp-Notebook").first.wait_for()
+    # A fresh JupyterLab may ask which kernel to start; a learner would accept the default.
+    dialog_button = page.locator(".jp-Dialog button.jp-mod-accept")
+    try:
+        dialog_button.wait_for(timeout=10_000)
+        dialog_button.click()
+    except Exception:
+        pass  # no dialog: the kernel started by itself
+    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(timeout=60_000)
+
+    # Run all cells from the menu, as a learner would.
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
+    bench = page.locator(".widget-vbox").filter(has=page.locator("h4:has-text('🧪')")).last
+    bench.wait_for(timeout=90_000)
+    status = bench.locator(".widget-html").filter(has_text=re.compile("done|❌")).first
+    status.wait_for(timeout=180_000)
+    assert "❌" not in status.inner_text(), f"the bench's first run failed: {status.inner_text()}"
+
+    for step in spec.steps:
+        _do(page, step)
+    bench.locator("button.jupyter-button:has-text('Run')").click()
+    for text in spec.expect:
+        bench.get_by_text(text, exact=False).first.wait_for(timeout=120_000)
+    assert "✅ done" in bench.inner_text()
+
+    body = page.inner_text("body")
+    assert "Loading widget" not in body, "a widget placeholder is still on the page"
+    assert "Error displaying widget" not in body and "Error rendering" not in body
+    assert not errors, f"the page raised JavaScript errors: {errors}"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shot = SHOTS / f"{copy.stem}.png"
+    bench.screenshot(path=str(shot))
+    print(f"screenshot of the bench after the change: {shot}")
