@@ -58,7 +58,8 @@ def test_setup_prints_environment_and_inductor_check(capsys):
 
 
 def test_inductor_check_reports_a_missing_compiler(monkeypatch, tmp_path):
-    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", (str(tmp_path / "no-such-compiler"),))
-    check = inductor_check("cpu")
+    missing = str(tmp_path / "no-such-compiler")
+    monkeypatch.setenv("CXX", missing)
+    with torch._inductor.config.patch({"cpp.cxx": (missing,)}):
+        check = inductor_check("cpu")
     assert not check.ok and "C++ compiler" in check.message

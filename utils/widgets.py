@@ -43,7 +43,8 @@ class LabBench:
     """Controls + Run + panes. Display it as the last expression of a cell."""
 
     def __init__(self, title: str, controls: dict[str, W.ValueWidget], run: Callable[..., dict],
-                 panes: Sequence[str]):
+                 panes: Sequence[str], wide: Sequence[str] = ()):
+        """``panes`` are shown side by side, wrapping; those named in ``wide`` take a full row (tables)."""
         self.title = title
         self.controls = dict(controls)
         self.run_fn = run
@@ -52,7 +53,8 @@ class LabBench:
         self.panes = {name: W.HTML(value="<i>(press Run)</i>") for name in panes}
         self.last_error: BaseException | None = None
         self.button.on_click(lambda _button: self.click())
-        boxes = [W.VBox([W.HTML(f"<b>{html.escape(n)}</b>"), p], layout=W.Layout(min_width="260px", flex="1 1 0"))
+        boxes = [W.VBox([W.HTML(f"<b>{html.escape(n)}</b>"), p],
+                        layout=W.Layout(min_width="100%" if n in wide else "280px", flex="1 1 0"))
                  for n, p in self.panes.items()]
         self.widget = W.VBox([
             W.HTML(f"<h4 style='margin:4px 0'>🧪 {html.escape(title)}</h4>"),
