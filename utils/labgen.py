@@ -68,6 +68,7 @@ def make_lab(solution: nbformat.NotebookNode, name: str = "notebook") -> nbforma
 
 
 def lab_path(solution_path: Path, labs_dir: Path) -> Path:
+    """Where the lab made from ``solution_path`` is stored: the same file name under ``labs_dir``."""
     return labs_dir / solution_path.name
 
 
@@ -78,6 +79,7 @@ def render(nb: nbformat.NotebookNode) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line: write labs/ from solutions/, or with --check report drift and return 1."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="course root (holds solutions/ and labs/)")
     parser.add_argument("--check", action="store_true", help="compare instead of writing")
