@@ -68,7 +68,13 @@ def _lesson05_spec() -> BenchSpec:
                      expect=("2 compile(s) over 4 call(s)", "counts after each call: [2, 2, 2, 2]", "(no recompiles)"))
 
 
-SPECS = {"00_": _lesson00_spec, "05_": _lesson05_spec}
+def _lesson02_spec() -> BenchSpec:
+    # Warming up on batch 1 instead of 16 compiles batch 1's graph up front.
+    return BenchSpec(steps=(Step("type", "warm-up batches", "8, 1"),),
+                     expect=("2 compile(s) over 8 call(s)", "size mismatch at index 0. expected 8, actual 1"))
+
+
+SPECS = {"00_": _lesson00_spec, "02_": _lesson02_spec, "05_": _lesson05_spec}
 
 
 def _lessons_with_bench() -> list[Path]:

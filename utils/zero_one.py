@@ -1,0 +1,523 @@
+"""Lesson 02, 0/1 specialisation: its experiments, its lab checks and its lab bench.
+
+Sizes 0 and 1 change what operations mean (a size-1 dimension broadcasts, a size-0 one
+empties reductions), so Dynamo never lets a symbol stand for them: a batch of 1 gets its own
+graph. This module measures that, times what it costs a service, tries the two escape
+hatches (``mark_unbacked`` and ``backed_size_oblivious``) and checks the lab's answers.
+"""
+from __future__ import annotations
+
+import contextlib
+import html
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+from .checks import unanswered
+from .inputs import check_shape, make_tensor, parse_sizes
+from .isolation import isolated
+from .observe import ExperimentError, Mark, Observer, Record, short_reason
+from .timing import Timing, fmt_seconds, time_call, time_first_call
+
+HATCHES = ("off", "mark_unbacked", "backed_size_oblivious")
+
+
+# --- section 1: what 0 and 1 mean in eager PyTorch --------------------------------------------
+
+def _outcome(thunk: Callable[[], Any]) -> str:
+    """What an eager expression gives: a shape or value, or the first line of its error."""
+    try:
+        out = thunk()
+    except Exception as e:  # the point is to show the error, not to stop
+        first = (str(e).strip().splitlines() or [""])[0]
+        return f"{type(e).__name__}: {first}"
+    if isinstance(out, torch.Tensor):
+        if out.dim() == 0:
+            return f"tensor({out.item():g})"
+        return f"shape {tuple(out.shape)}"
+    if isinstance(out, tuple) and hasattr(out, "values"):  # torch.return_types.max
+        return f"values of shape {tuple(out.values.shape)}"
+    return repr(out)
+
+
+def eager_semantics() -> list[dict]:
+    """Run the expressions that make 0 and 1 special, in eager PyTorch; one row each.
+
+    Broadcasting a size-1 dimension, failing to broadcast a size-2 one, and four reductions
+    over an empty dimension. Errors are caught and shown as their first line.
+    """
+    z = torch.empty(0, 3)
+    cases = [
+        ("(4, 1) + (4, 8)", lambda: torch.ones(4, 1) + torch.ones(4, 8), "size 1 broadcasts"),
+        ("(4, 2) + (4, 8)", lambda: torch.ones(4, 2) + torch.ones(4, 8), "size 2 does not"),
+        ("(0, 3).sum()", lambda: z.sum(), "an empty sum is the identity, 0"),
+        ("(0, 3).max()", lambda: z.max(), "an empty max has no answer"),
+        ("(0, 3).amax(dim=0)", lambda: z.amax(dim=0), "reducing over the empty dimension fails"),
+        ("(0, 3).amax(dim=1)", lambda: z.amax(dim=1), "reducing over a non-empty dimension works"),
+    ]
+    return [{"expression": expr, "eager result": _outcome(fn), "why": why} for expr, fn, why in cases]
+
+
+def broadcast_cases(sizes: Sequence[int] = (0, 1, 2, 8), other: int = 8) -> list[dict]:
+    """The shape of ``(4, s) + (4, other)`` for each ``s``: it depends on whether ``s`` is 1."""
+    rows = []
+    for s in sizes:
+        check_shape((4, s))
+        result = _outcome(lambda: torch.ones(4, s) + torch.ones(4, other))
+        rows.append({"s": s, f"(4, s) + (4, {other})": result})
+    return rows
+
+
+# --- the escape hatches ---------------------------------------------------------------------
+
+def _check_hatch(hatch: str) -> None:
+    if hatch not in HATCHES:
+        raise ValueError(f"unknown escape hatch {hatch!r}; choose from {', '.join(HATCHES)}")
+
+
+@contextlib.contextmanager
+def hatch_config(hatch: str) -> Iterator[None]:
+    """Isolate a block and, for "backed_size_oblivious", turn that fx config on inside it.
+
+    The flag lives in ``torch.fx.experimental._config`` (not Dynamo's config), so it is set
+    inside ``isolated()``, which restores it on the way out, also on error.
+    """
+    _check_hatch(hatch)
+    with isolated():
+        if hatch == "backed_size_oblivious":
+            torch.fx.experimental._config.backed_size_oblivious = True
+        yield
+
+
+def hatch_marks(hatch: str, tensor_args: int = 1, dim: int = 0) -> list[Mark]:
+    """The marks a hatch puts on each call: ``mark_unbacked`` on ``dim`` of every tensor argument."""
+    _check_hatch(hatch)
+    if hatch != "mark_unbacked":
+        return []
+    return [Mark(dim, "unbacked", arg=i) for i in range(tensor_args)]
+
+
+def observe_hatch(fn: Callable, calls: Sequence[Any], hatch: str = "off", *, marks: Sequence[Mark] = (),
+                  check_eager: bool = False, **policy) -> Record:
+    """``observe`` under an escape hatch ("off", "mark_unbacked" or "backed_size_oblivious").
+
+    "mark_unbacked" marks dimension 0 of every tensor argument on every call. With
+    ``check_eager`` each output is compared with eager ``fn``; a mismatch raises
+    ``AssertionError`` naming the call. Tensors are cloned before marking (a mark stays on
+    the tensor object it was put on). Returns the ``Record``.
+    """
+    # Marks are stored on the tensor object: clone, so that the caller's tensors stay unmarked.
+    calls = [tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in (c if isinstance(c, tuple) else (c,)))
+             for c in calls]
+    n_tensors = sum(isinstance(a, torch.Tensor) for a in calls[0]) if calls else 1
+    all_marks = list(marks) + hatch_marks(hatch, n_tensors)
+    with hatch_config(hatch):
+        with Observer(fn, marks=all_marks, **policy) as obs:
+            for i, args in enumerate(calls):
+                out = obs(*args)
+                if check_eager:
+                    ref = fn(*args)
+                    if not _same(out, ref):
+                        raise AssertionError(f"call {i}: the compiled result differs from eager")
+    return obs.record
+
+
+def _same(out, ref) -> bool:
+    if isinstance(out, torch.Tensor) and isinstance(ref, torch.Tensor):
+        return out.shape == ref.shape and torch.allclose(out, ref, equal_nan=True)
+    return out == ref
+
+
+def _is_assert(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and "_assert_scalar" in str(node.target)
+
+
+def runtime_asserts(fn: Callable, args: Sequence[Any], hatch: str = "off", *, marks: Sequence[Mark] = (),
+                    dynamic: bool | None = None) -> list[str]:
+    """The runtime assertions in the graph Dynamo builds for one call of ``fn(*args)``.
+
+    A backed symbol is checked by the guards before the graph runs; an unbacked one cannot be,
+    so the facts the compiler relied on become ``_assert_scalar`` calls inside the graph, run on
+    every call. Returns their messages, e.g. ``"Runtime assertion failed for expression u0 >= 0"``.
+    """
+    args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)  # marks stick to tensors
+    all_marks = list(marks) + hatch_marks(hatch, sum(isinstance(a, torch.Tensor) for a in args))
+    found: list[str] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs):
+        for node in gm.graph.nodes:
+            if _is_assert(node):
+                msg = node.args[1] if len(node.args) > 1 else str(node)
+                found.append(str(msg).split(" on node")[0])
+        return gm.forward
+
+    with hatch_config(hatch):
+        for m in all_marks:
+            m.apply(args)
+        torch.compile(fn, backend=backend, dynamic=dynamic)(*args)
+    return found
+
+
+HATCH_VARIANTS = (
+    ("no hatch, dynamic=True", "off", {"dynamic": True}),
+    ("mark_unbacked on dim 0", "mark_unbacked", {}),
+    ("backed_size_oblivious + mark_dynamic on dim 0", "backed_size_oblivious", {"mark_dynamic": True}),
+    ("backed_size_oblivious + dynamic=True", "backed_size_oblivious", {"dynamic": True}),
+)
+
+
+def _variant_marks(options: dict, n_tensors: int) -> list[Mark]:
+    return [Mark(0, "dynamic", arg=i) for i in range(n_tensors)] if options.get("mark_dynamic") else []
+
+
+def compare_hatches(fn: Callable, calls: Sequence[tuple], *, variants=HATCH_VARIANTS, backend: str = "eager",
+                    repeats: int = 30, threads: int | None = 1) -> list[dict]:
+    """Serve ``calls`` under each hatch variant; one row each: graphs, equal to eager, runtime checks, call time.
+
+    ``variants`` are ``(label, hatch, options)`` with options ``dynamic`` and ``mark_dynamic``
+    (mark dimension 0 of every tensor argument). A variant that raises shows the error's first
+    line instead of numbers. The warm call is timed on the last call's inputs.
+    """
+    calls = [c if isinstance(c, tuple) else (c,) for c in calls]
+    n = sum(isinstance(a, torch.Tensor) for a in calls[0])
+    rows = []
+    for label, hatch, options in variants:
+        marks = _variant_marks(options, n)
+        row = {"variant": label, "counts": "-", "outcome": "", "runtime asserts in graph": "-", "warm call": "-"}
+        try:
+            rec = observe_hatch(fn, calls, hatch, marks=marks, dynamic=options.get("dynamic"), backend=backend,
+                                check_eager=True)
+            row["counts"] = str(rec.counts)
+            row["outcome"] = f"{rec.count} graph(s), every result equal to eager"
+            asserts = runtime_asserts(fn, calls[-1], hatch, marks=marks, dynamic=options.get("dynamic"))
+            row["runtime asserts in graph"] = len(asserts)
+            row["warm call"] = fmt_seconds(_warm_time(fn, calls[-1], hatch, marks, options, backend, repeats, threads))
+        except Exception as e:  # the row says what went wrong; the other variants still run
+            row["outcome"] = "error: " + error_line(e)
+        rows.append(row)
+    return rows
+
+
+def error_line(e: BaseException, width: int = 220) -> str:
+    """The informative line of an experiment's error: which call, and torch's own message.
+
+    For a failed fake-tensor run, torch's first line is generic ("RuntimeError when making fake
+    tensor call"); the real message (e.g. "The size of tensor a (s27: hint = 8) must match ...")
+    is quoted further down, and that is the one returned. Likewise for a violated constraint,
+    whose first line only says "Constraints violated".
+    """
+    import re
+
+    original = getattr(e, "original", e)
+    text = str(original)
+    m = re.search(r"got \w+\('(.+?)'\)", text)
+    lines = text.strip().splitlines() or [""]
+    detail = m.group(1) if m else lines[0]
+    bullets = [line.strip()[2:] for line in lines if line.strip().startswith("- ")]
+    if "Constraints violated" in detail and bullets:  # the first line only says where to look
+        detail = bullets[0]
+    detail = detail.split("  #")[0].strip()  # drop the source-line comment torch appends to a guard
+    if detail.count(")") > detail.count("("):
+        detail = detail[::-1].replace(")", "", 1)[::-1]
+    where = str(e).split(" raised ")[0] + ": " if isinstance(e, ExperimentError) else ""
+    line = f"{where}{type(original).__name__}: {detail}"
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _warm_time(fn, args, hatch, marks, options, backend, repeats, threads) -> float:
+    args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    with hatch_config(hatch), torch.no_grad():
+        _set_threads(threads)
+        for m in list(marks) + hatch_marks(hatch, sum(isinstance(a, torch.Tensor) for a in args)):
+            m.apply(args)
+        compiled = torch.compile(fn, backend=backend, dynamic=options.get("dynamic"))
+        compiled(*args)
+        return time_call(compiled, *args, warmup=3, repeats=repeats).median
+
+
+# --- section 3: the inference bite -------------------------------------------------------------
+
+def make_model(width: int, *, seed: int = 0, device="cpu") -> torch.nn.Module:
+    """The lesson's small served model: Linear(width, 4*width), GELU, Linear(4*width, width)."""
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise ValueError(f"width must be a positive int, got {width!r}")
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width))
+    return model.to(device).eval()
+
+
+@dataclass
+class Bite:
+    """One served model's first and warm latencies per batch size, after a warm-up."""
+
+    backend: str
+    warm_batch: int
+    record: Record  # the compiles; requests are timed on the compiled function, outside its call log
+    first: dict[int, float] = field(default_factory=dict)  # batch -> seconds of its first request
+    compiled: dict[int, bool] = field(default_factory=dict)  # batch -> did its first request compile?
+    warm: dict[int, Timing] = field(default_factory=dict)  # batch -> warm requests
+
+    def slowdown(self, batch: int) -> float:
+        """First request's latency over the warm median, for ``batch``."""
+        return self.first[batch] / self.warm[batch].median
+
+    def rows(self) -> list[dict]:
+        """One row per probed batch size, ready for a table."""
+        return [
+            {
+                "batch": b,
+                "first request": fmt_seconds(self.first[b]),
+                "it compiled?": "yes" if self.compiled[b] else "no",
+                "warm request (median)": fmt_seconds(self.warm[b].median),
+                "warm IQR": fmt_seconds(self.warm[b].spread),
+                "first / warm": f"{self.slowdown(b):.0f}×",
+            }
+            for b in self.first
+        ]
+
+
+def serve_bite(model: torch.nn.Module, *, width: int, warm_batch: int = 8, probes: Sequence[int] = (4, 1),
+               backend: str = "aot_eager", dynamic: bool | None = True, repeats: int = 20,
+               device="cpu", threads: int | None = 1) -> Bite:
+    """Warm ``model`` up at ``warm_batch``, then time the first and the warm requests of each probe.
+
+    The warm-up batch's first request is the service's start-up compile. The first request of
+    each batch is timed with ``time_first_call`` (a compile, if there is one, is included);
+    warm requests with ``time_call`` (median and spread). Runs
+    under ``torch.no_grad()``, isolated; Inductor gets a fresh cache so its compile is honest.
+    ``threads``: CPU threads for the experiment (1 keeps timings steady on a shared machine;
+    None leaves torch's setting), restored afterwards. Keep ``width`` different from the batch
+    sizes: under duck sizing, equal sizes share one symbol and a new batch would recompile.
+    """
+    for b in (warm_batch, *probes):
+        check_shape((b, width))
+    x = lambda b: make_tensor((b, width), device=device, seed=b)  # noqa: E731
+    with isolated(), torch.no_grad():
+        _set_threads(threads)
+        return _serve_bite(model, x, warm_batch, probes, backend, dynamic, repeats, device)
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+        torch.set_num_threads(threads)
+
+
+def _serve_bite(model, x, warm_batch, probes, backend, dynamic, repeats, device) -> Bite:
+    with Observer(model, dynamic=dynamic, backend=backend, fresh_inductor_cache=backend == "inductor") as obs:
+        bite = Bite(backend=backend, warm_batch=warm_batch, record=obs.record)
+        for b in dict.fromkeys((warm_batch, *probes)):  # the warm-up batch first, then each probe once
+            inp = x(b)
+            before = obs.record.count
+            # Both timings call the compiled function itself, so the Observer's bookkeeping is in neither.
+            bite.first[b] = time_first_call(obs.compiled, inp, device=device)
+            bite.compiled[b] = obs.record.count > before
+            bite.warm[b] = time_call(obs.compiled, inp, warmup=2, repeats=repeats, device=device)
+    return bite
+
+
+# --- the lab bench -------------------------------------------------------------------------------
+
+class _Panel:
+    """Pane content: a line of text above a table."""
+
+    def __init__(self, text: str, rows: list[dict]):
+        self.text, self.rows = text, rows
+
+    def _repr_html_(self) -> str:
+        from .display import html_table
+
+        return f"<p style='margin:2px 0'>{html.escape(self.text)}</p>" + html_table(self.rows)
+
+    def __str__(self) -> str:
+        from .display import text_table
+
+        return self.text + "\n" + text_table(self.rows)
+
+
+POLICIES = (("None (default)", None), ("True", True), ("False", False))
+
+
+def run_bench(warmup: str = "8, 16", batch: int = 1, policy: bool | None = None, hatch: str = "off",
+              backend: str = "eager", width: int = 16, repeats: int = 5, threads: int | None = 1) -> dict:
+    """Serve the warm-up batches, then ``batch`` once cold and ``repeats`` times warm.
+
+    Returns the bench panes: "compiles" and "reasons" (from ``record_panes``), "latency"
+    (each call's time, the first request of ``batch`` against the warm ones) and "shapes".
+    ``threads`` as in ``serve_bite``. Bad sizes raise ``ValueError`` with a message the bench shows.
+    """
+    from .widgets import record_panes
+
+    sizes = parse_sizes(warmup) if str(warmup).strip() else []
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
+        raise ValueError(f"the batch size must be a whole number >= 0, got {batch!r}")
+    if repeats < 1:
+        raise ValueError("repeats must be at least 1")
+    model = make_model(width)
+    calls = [make_tensor((b, width), seed=i) for i, b in enumerate(sizes + [batch] * (1 + repeats))]
+    with isolated(), torch.no_grad():
+        _set_threads(threads)
+        rec = observe_hatch(model, calls, hatch, dynamic=policy, backend=backend)
+    panes = record_panes(rec)
+    rows = []
+    for c in rec.calls:
+        role = "warm-up" if c.index < len(sizes) else ("first request" if c.index == len(sizes) else "warm request")
+        rows.append({"call": c.index, "batch": c.shapes[0][0], "role": role,
+                     "compiled": "yes" if c.new_compiles else "", "time": fmt_seconds(c.seconds)})
+    first = rec.calls[len(sizes)]
+    warm = Timing(tuple(c.seconds for c in rec.calls[len(sizes) + 1:]))
+    verdict = "it compiled" if first.new_compiles else "no compile: it reused a graph"
+    summary = (f"first batch-{batch} request: {fmt_seconds(first.seconds)} ({verdict}); "
+               f"warm: {fmt_seconds(warm.median)} median of {len(warm.samples)}")
+    return {"compiles": panes["compiles"], "reasons": panes["reasons"], "latency": _Panel(summary, rows),
+            "shapes": panes["shapes"]}
+
+
+def build_bench(warmup: str = "8, 16", batch: int = 1, backend: str = "eager", width: int = 16):
+    """The lesson's lab bench: warm-up batches, a batch slider (0 to 64), policy, escape hatch."""
+    from .widgets import LabBench, dropdown, int_slider, text
+
+    def run(warmup, batch, policy, hatch, backend):
+        return run_bench(warmup, batch, policy, hatch, backend, width=width)
+
+    return LabBench(
+        "Batch 1 after a warm-up",
+        {
+            "warmup": text("warm-up batches", warmup),
+            "batch": int_slider("serve batch (0 and 1 are special)", batch, 0, 64),
+            "policy": dropdown("dynamic=", list(POLICIES), None),
+            "hatch": dropdown("escape hatch", list(HATCHES), "off"),
+            "backend": dropdown("backend", ["eager", "aot_eager", "inductor"], backend),
+        },
+        run,
+        panes=["compiles", "reasons", "latency", "shapes"],
+    )
+
+
+# --- lab checks ---------------------------------------------------------------------------------
+
+def _fmt(shape) -> str:
+    return "(" + ", ".join(map(str, shape)) + ")"
+
+
+def random_stream(n: int, low: int = 1, high: int = 32, seed: int = 0) -> list[int]:
+    """``n`` batch sizes drawn uniformly from ``low..high``, reproducible from ``seed``."""
+    if n < 0 or low < 0 or high < low:
+        raise ValueError(f"need n >= 0 and 0 <= low <= high, got n={n}, low={low}, high={high}")
+    rng = random.Random(seed)
+    return [rng.randint(low, high) for _ in range(n)]
+
+
+def check_prediction(predicted, shapes: Sequence[tuple], fn: Callable, **policy) -> tuple[bool, str]:
+    """Compare the call indices a learner says compile with those that do, for inputs of ``shapes``."""
+    if not_answered(predicted):
+        return False, "`compiling_calls` is still empty: list the indices of the calls you think compile, e.g. [0, 1]"
+    try:
+        guess = sorted({int(i) for i in predicted})
+    except (TypeError, ValueError):
+        return False, f"`compiling_calls` should be a list of call indices like [0, 1, 3], got {predicted!r}"
+    rec = observe_hatch(fn, [make_tensor(s, seed=i) for i, s in enumerate(shapes)], **policy)
+    actual = [c.index for c in rec.calls if c.new_compiles]
+    if guess == actual:
+        return True, f"right: calls {actual} compile ({rec.count} graphs for {len(shapes)} calls)."
+    why = {e.call: short_reason(e.reason, 90) or "the first call always compiles" for e in rec.compiles}
+    lines = []
+    for i in sorted(set(actual) - set(guess)):
+        lines.append(f"call {i} {_fmt(shapes[i])} did compile: {why[i]}")
+    for i in sorted(set(guess) - set(actual)):
+        if 0 <= i < len(shapes):
+            lines.append(f"call {i} {_fmt(shapes[i])} did not compile: an earlier graph's guards accepted it")
+        else:
+            lines.append(f"there is no call {i}: calls are numbered 0 to {len(shapes) - 1}")
+    return False, f"you said {guess}, measured {actual}. " + "; ".join(lines)
+
+
+def not_answered(value) -> bool:
+    """None, ``...`` or an empty list: the learner has not answered yet."""
+    return unanswered(value) or (isinstance(value, (list, tuple)) and len(value) == 0)
+
+
+def check_benchmark(first_seconds, warm) -> tuple[bool, str]:
+    """A batch-1 benchmark is honest when the first request is timed apart from the warm ones.
+
+    ``first_seconds``: one float from ``time_first_call``; ``warm``: a ``Timing`` from ``time_call``
+    with at least 5 samples. The first request compiles, so it must be clearly slower.
+    """
+    if not_answered(first_seconds) or not_answered(warm):
+        return False, ("`first_batch1` or `warm_batch1` is still None: time the first batch-1 request with "
+                       "S.time_first_call and the warm ones with S.time_call")
+    if not isinstance(warm, Timing):
+        return False, f"`warm_batch1` should be the Timing that S.time_call returns, got {type(warm).__name__}"
+    if len(warm.samples) < 5:
+        return False, f"`warm_batch1` has {len(warm.samples)} sample(s): one number is not a benchmark; use repeats >= 5"
+    if not isinstance(first_seconds, (int, float)) or first_seconds <= 0:
+        return False, f"`first_batch1` should be a time in seconds (a positive float), got {first_seconds!r}"
+    ratio = first_seconds / warm.median
+    if ratio < 5:
+        return False, (f"the first batch-1 request ({fmt_seconds(first_seconds)}) was about as fast as a warm one "
+                       f"({fmt_seconds(warm.median)}): was batch 1 already compiled? Time it right after the batch-8 "
+                       "warm-up, before any other batch-1 call")
+    return True, (f"first batch-1 request {fmt_seconds(first_seconds)} against warm {fmt_seconds(warm.median)}: "
+                  f"{ratio:.0f}× slower, because it compiled")
+
+
+def check_warmup(warmup_sizes, fn: Callable, *, width: int, stream: Sequence[int], max_requests: int = 4,
+                 backend: str = "eager", dynamic: bool | None = None) -> tuple[bool, str]:
+    """Run the learner's warm-up, then ``stream`` under ``set_stance("fail_on_recompile")``.
+
+    Passes when no request of the stream compiles and the warm-up has at most ``max_requests``
+    requests. The stance is set inside the isolated block, so it is restored afterwards.
+    """
+    if not_answered(warmup_sizes):
+        return False, "`warmup_sizes` is still empty: list the batch sizes to send before serving, e.g. [8]"
+    try:
+        sizes = [int(s) for s in warmup_sizes]
+        for s in sizes:
+            check_shape((s, width))
+    except (TypeError, ValueError) as e:
+        return False, f"`warmup_sizes` should be a list of batch sizes >= 0: {e}"
+    if not stream:
+        raise ValueError("the stream to serve is empty")
+    if len(sizes) > max_requests:
+        return False, (f"your warm-up sends {len(sizes)} requests; a warm-up delays start-up, so use at most "
+                       f"{max_requests}. Which few sizes leave a graph for every batch from 1 to 32?")
+    with torch.no_grad(), Observer(fn, backend=backend, dynamic=dynamic) as obs:
+        for i, b in enumerate(sizes):
+            obs(make_tensor((b, width), seed=i))
+        warm_compiles = obs.record.count
+        torch.compiler.set_stance("fail_on_recompile")
+        for k, b in enumerate(stream):
+            try:
+                obs(make_tensor((b, width), seed=100 + k))
+            except ExperimentError as e:
+                if isinstance(e.original, RuntimeError) and "fail_on_recompile" in str(e.original):
+                    failed = [short_reason(line.strip()[2:]) for line in str(e.original).splitlines()
+                              if line.strip().startswith("- ")]
+                    reason = "; ".join(failed) or short_reason(str(e.original))
+                    return False, (f"after the warm-up {sizes}, request {k} of the stream (batch {b}) still "
+                                   f"had to compile; guard(s) that failed: {reason}")
+                raise
+    return True, (f"warm-up {sizes} compiled {warm_compiles} graph(s); then {len(stream)} requests of batch "
+                  f"{min(stream)} to {max(stream)} ran with no compile")
+
+
+def check_one_graph(marks, fn: Callable, calls: Sequence[tuple]) -> tuple[bool, str]:
+    """Pass when ``fn`` under the learner's ``marks`` serves every call from one graph, equal to eager."""
+    if not_answered(marks):
+        return False, "`marks` is still empty: give a list of S.Mark(...) to put on the inputs before each call"
+    if not all(isinstance(m, Mark) for m in marks):
+        return False, f"`marks` should be a list of S.Mark(dim, kind, arg=...) objects, got {marks!r}"
+    sizes = [_fmt(c[0].shape) for c in calls]
+    try:
+        rec = observe_hatch(fn, calls, marks=marks, check_eager=True)
+    except ExperimentError as e:
+        return False, f"compiling raised: {e}. Which dimensions are meant to vary, and which to broadcast?"
+    except AssertionError as e:
+        return False, f"{e}: the compiled graph assumed something that is not true for that call"
+    if rec.count != 1:
+        extra = [f"call {ev.call} ({sizes[ev.call]}): {short_reason(ev.reason, 80)}" for ev in rec.compiles if ev.reason]
+        return False, (f"compiled {rec.count} times; the goal was 1. Recompiles: " + "; ".join(extra))
+    return True, f"one graph served inputs {', '.join(sizes)}, every result equal to eager"
