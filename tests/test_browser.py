@@ -74,7 +74,19 @@ def _lesson02_spec() -> BenchSpec:
                      expect=("2 compile(s) over 8 call(s)", "size mismatch at index 0. expected 8, actual 1"))
 
 
-SPECS = {"00_": _lesson00_spec, "02_": _lesson02_spec, "05_": _lesson05_spec}
+def _lesson01_spec() -> BenchSpec:
+    # A second shape that differs in the feature dimension instead of the batch: the other dimension turns dynamic.
+    return BenchSpec(steps=(Step("type", "shapes seen before", "4x16, 4x32"),),
+                     expect=("3 compile(s) over 3 call(s)", "size mismatch at index 1. expected 16, actual 32"))
+
+
+def _lesson04_spec() -> BenchSpec:
+    # Smaller buckets: more of them compile, each a static graph for its padded length.
+    return BenchSpec(steps=(Step("type", "bucket size k", "8"),),
+                     expect=("8 compile(s) over 200 call(s)", "expected 24, actual 56"))
+
+
+SPECS = {"00_": _lesson00_spec, "01_": _lesson01_spec, "02_": _lesson02_spec, "04_": _lesson04_spec, "05_": _lesson05_spec}
 
 
 def _lessons_with_bench() -> list[Path]:

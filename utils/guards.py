@@ -1,0 +1,919 @@
+"""Lesson 01's experiments: symbolic guards, the default policy, the knobs, and what guards cost.
+
+Each function is one experiment the lesson (and its lab) runs; each starts from a clean compile
+state and leaves nothing behind (``isolated`` / ``observe``):
+
+- ``inductor_kernels``: compile one elementwise chain with Inductor statically and dynamically,
+  keep the generated kernels and time both (section 1);
+- ``extract_kernels``, ``readable``, ``side_by_side``, ``kernel_differences``: show two kernels
+  next to each other and say, from the code itself, what differs;
+- ``graph_shapes``: every value's shape inside the graphs Dynamo built (``(512*s77,)``);
+- ``dynamic_facts``: the ``TORCH_LOGS=dynamic`` lines worth reading, shortened;
+- ``knob_table``: one stream of shapes under each knob of the source's table (section 4);
+- ``guard_cost``: per-call overhead, compiled against eager, and the guard check alone (section 5);
+- ``other_triggers``: dtype, ``requires_grad``, grad mode, threads, duck sizing, Python ints (section 6);
+- ``rerun_without_reset`` and ``job_id_demo``: the memory of past shapes, in one process and
+  across two (section 7);
+- ``run_bench`` / ``build_bench``: the lab bench.
+"""
+from __future__ import annotations
+
+import contextlib
+import difflib
+import html
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from .display import Table
+from .inputs import check_shape, make_tensor
+from .isolation import isolated
+from .observe import ExperimentError, Mark, observe, short_reason
+from .timing import Timing, fmt_seconds, time_call
+
+SOURCE_GUARD_US = (1.0, 5.0)  # the source text's "Guard evaluation ~1-5 µs per call"
+
+
+# --------------------------------------------------------------------------------------------
+# Section 1: why a compiler wants constants
+# --------------------------------------------------------------------------------------------
+
+def chain(x: torch.Tensor) -> torch.Tensor:
+    """The lesson's elementwise chain; the last step divides by the length, a size-dependent constant."""
+    return (x.sin() * 2 + 1).relu() * x.cos() / x.shape[0]
+
+
+@dataclass
+class Kernel:
+    """One generated kernel: its name, language ("C++" or "Triton") and source text."""
+
+    name: str
+    language: str
+    source: str
+
+
+_KERNEL_RE = re.compile(
+    r"^(\w+) = async_compile\.(\w+)\("  # name = async_compile.cpp_pybinding( / .triton(
+    r"(?:'[^']*',\s*)?(?:\[[^\]]*\],\s*)?"  # optional kernel name string, optional C++ arg types
+    r"r?'''(.*?)'''",
+    re.S | re.M,
+)
+
+
+def extract_kernels(code: str) -> list[Kernel]:
+    """The kernels inside one Inductor output module (the text ``run_and_get_code`` returns).
+
+    C++ kernels (CPU) come from ``async_compile.cpp_pybinding(...)``, Triton kernels (GPU)
+    from ``async_compile.triton(...)``. The Python wrapper around them is left out.
+    """
+    if not isinstance(code, str):
+        raise TypeError(f"expected the generated module's source text, got {type(code).__name__}")
+    out = []
+    for m in _KERNEL_RE.finditer(code):
+        name, kind, src = m.groups()
+        language = "Triton" if "triton" in kind else "C++"
+        out.append(Kernel(name, language, src.strip("\n")))
+    return out
+
+
+def wrapper_call(code: str) -> str:
+    """The body of the generated ``call`` function: how the wrapper passes sizes to the kernels."""
+    m = re.search(r"^( *)def call\(self, args\):\n(.*?)(?=^\1\S|^\S|\Z)", code, re.S | re.M)
+    if not m:
+        return ""
+    lines = [ln for ln in m.group(2).splitlines() if ln.strip()]
+    return "\n".join(ln.strip() for ln in lines)
+
+
+_BOILERPLATE = ("#include", "inductor_cpu_integer_div_error", "@triton_heuristics", "@triton.jit",
+                "triton_meta=", "inductor_meta=", "import ", "from ", "triton_helpers.set_driver")
+
+
+def _strip_call(text: str, prefix: str) -> str:
+    """Remove ``prefix(`` ... ``)`` wrappers, keeping what was inside the parentheses."""
+    out, i = [], 0
+    while True:
+        j = text.find(prefix, i)
+        if j < 0:
+            out.append(text[i:])
+            return "".join(out)
+        out.append(text[i:j])
+        k, depth = j + len(prefix), 1
+        start = k
+        while k < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[k], 0)
+            k += 1
+        out.append(_strip_call(text[start:k - 1], prefix))
+        i = k
+
+
+def readable(source: str) -> str:
+    """A kernel made easier to read: includes, decorators and error-flag lines dropped, integer casts removed.
+
+    Only noise goes: ``static_cast<int64_t>(1024L)`` becomes ``1024L``; every loop bound,
+    branch and arithmetic step stays as Inductor wrote it.
+    """
+    lines = source.splitlines()
+    if any(ln.lstrip().startswith("@triton.jit") for ln in lines):  # Triton: keep the function, not its decorators
+        start = next((i for i, ln in enumerate(lines) if ln.startswith("def ")), 0)
+        lines = lines[start:]
+    lines = [ln for ln in lines if ln.strip() and not any(b in ln for b in _BOILERPLATE)]
+    text = "\n".join(lines)
+    text = _strip_call(text, "static_cast<int64_t>(")
+    return text
+
+
+class SideBySide:
+    """Two texts in two columns, lines that differ highlighted; shows itself as HTML in Jupyter."""
+
+    def __init__(self, left: str, right: str, titles: tuple[str, str] = ("static", "dynamic")):
+        self.left, self.right, self.titles = left, right, titles
+        self.pairs = _align(left.splitlines(), right.splitlines())
+
+    @property
+    def changed(self) -> int:
+        """How many aligned rows differ."""
+        return sum(a != b for a, b in self.pairs)
+
+    def __str__(self) -> str:
+        width = max([len(a) for a, _ in self.pairs] + [len(self.titles[0])])
+        rows = [f"{self.titles[0].ljust(width)} | {self.titles[1]}"]
+        rows += [f"{a.ljust(width)} {'|' if a == b else '*'} {b}" for a, b in self.pairs]
+        return "\n".join(rows)
+
+    def _repr_html_(self) -> str:
+        cell = "font-family:monospace;font-size:11px;white-space:pre;text-align:left;padding:0 6px;vertical-align:top"
+        hi = "background:#fff3bf"
+        body = []
+        for a, b in self.pairs:
+            style = f"{cell};{hi}" if a != b else cell
+            body.append(f"<tr><td style='{style}'>{html.escape(a)}</td><td style='{style}'>{html.escape(b)}</td></tr>")
+        head = "".join(f"<th style='text-align:left'>{html.escape(t)}</th>" for t in self.titles)
+        return (f"<div style='overflow-x:auto;max-height:520px'><table><thead><tr>{head}</tr></thead>"
+                f"<tbody>{''.join(body)}</tbody></table></div>"
+                f"<p><i>{self.changed} of {len(self.pairs)} lines differ (highlighted).</i></p>")
+
+
+def _align(a: list[str], b: list[str]) -> list[tuple[str, str]]:
+    pairs = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        left, right = a[i1:i2], b[j1:j2]
+        n = max(len(left), len(right))
+        pairs += [(left[k] if k < len(left) else "", right[k] if k < len(right) else "") for k in range(n)]
+    return pairs
+
+
+def side_by_side(left: str, right: str, titles: tuple[str, str] = ("static", "dynamic")) -> SideBySide:
+    """Two kernels (or any texts) side by side, differing lines highlighted."""
+    return SideBySide(left, right, titles)
+
+
+def kernel_differences(static: str, dynamic: str, size: int) -> list[str]:
+    """What the dynamic kernel does at run time that the static one settled at compile time.
+
+    Read from the two sources (C++ or Triton), for a static kernel compiled for length ``size``:
+    size parameters, loop bounds, tail loops or masks, folded constants.
+    """
+    notes = []
+    params = sorted(set(re.findall(r"\bks\d+\b", dynamic)))
+    if params:
+        notes.append(f"The dynamic kernel takes the length as a run-time argument ({', '.join(params)}); "
+                     f"the static one has {size} written into its code.")
+    if re.search(rf"<\s*{size}L?\b", static) and params:
+        notes.append(f"Loop bound: static `x0 < {size}L`, dynamic `x0 < {params[0]}`.")
+    tail_s = static.count("C10_UNLIKELY")
+    tail_d = dynamic.count("C10_UNLIKELY")
+    if tail_d > tail_s:
+        notes.append("Ragged edge: the dynamic kernel has a tail branch for the last, partial vector "
+                     f"(`C10_UNLIKELY(...)`) that the static one {'does not need: ' + str(size) + ' is a multiple of the vector width' if tail_s == 0 else 'also has, with constant bounds'}.")
+    divs = dynamic.count("div_floor_integer") - static.count("div_floor_integer")
+    if divs > 0:
+        notes.append(f"Index arithmetic: the dynamic kernel computes `div_floor_integer(ks0, ...)` "
+                     f"{divs} time(s) at run time to find where full vectors end; the static one has the answer as a constant.")
+    folded = re.findall(rf"\b{size}\.0\b", static)
+    if folded and re.search(r"convert<float>\(\s*tmp\d+\s*\)|ks\d+", dynamic):
+        notes.append(f"Folded constant: `/ x.shape[0]` became the literal `{size}.0` in the static kernel; "
+                     "the dynamic one converts ks0 to float at run time.")
+    if "xnumel" in dynamic or "xmask" in dynamic:  # Triton
+        if re.search(rf"xnumel = {size}\b", static):
+            notes.append(f"Triton: the static kernel sets `xnumel = {size}`; the dynamic one receives xnumel as an argument.")
+        if dynamic.count("mask") > static.count("mask"):
+            notes.append("Triton: the dynamic kernel masks loads and stores that the static one can prove in bounds.")
+    if not notes:
+        notes.append("The two kernels differ only in ways this reader does not recognise; compare them by eye.")
+    return notes
+
+
+def capture_code(compiled: Callable, *args) -> tuple[Any, list[str]]:
+    """Call ``compiled(*args)`` and return (result, generated module sources).
+
+    Uses ``torch._inductor.utils.run_and_get_code`` when this release has it; otherwise listens
+    to Inductor's ``output_code`` log artifact (what ``TORCH_LOGS=output_code`` prints).
+    """
+    try:
+        from torch._inductor.utils import run_and_get_code
+    except ImportError:
+        return capture_code_from_logs(compiled, *args)
+    return run_and_get_code(compiled, *args)
+
+
+def capture_code_from_logs(compiled: Callable, *args) -> tuple[Any, list[str]]:
+    """``capture_code``'s fall-back: read the generated modules from the ``output_code`` logger."""
+    import torch._inductor.codecache  # noqa: F401  (registers the artifact logger)
+    from torch._logging._internal import log_registry, log_state
+
+    names = [q for q in log_registry.get_artifact_log_qnames() if q.endswith(".__output_code")]
+    messages: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    handler = _Keep(level=logging.DEBUG)
+    loggers = [logging.getLogger(n) for n in names]
+    saved = [(lg, lg.level, lg.propagate, list(lg.handlers)) for lg in loggers]
+    saved_artifacts = set(log_state.artifact_names)
+    try:
+        log_state.artifact_names |= {"output_code"}
+        for lg in loggers:
+            lg.handlers[:] = [handler]
+            lg.setLevel(logging.DEBUG)
+            lg.propagate = False
+        result = compiled(*args)
+    finally:
+        log_state.artifact_names = saved_artifacts
+        for lg, level, prop, handlers in saved:
+            lg.setLevel(level)
+            lg.propagate = prop
+            lg.handlers[:] = handlers
+    return result, [m for m in messages if "async_compile" in m]
+
+
+@dataclass
+class KernelComparison:
+    """Section 1's result: the two generated kernels, the wrappers, timings and compile times."""
+
+    size: int
+    static_code: str
+    dynamic_code: str
+    static_kernels: list[Kernel]
+    dynamic_kernels: list[Kernel]
+    timings: dict = field(default_factory=dict)  # size -> {"static": Timing, "dynamic": Timing, "eager": Timing}
+    compile_seconds: dict = field(default_factory=dict)  # "static <n>" / "dynamic" -> seconds of the first call
+    dynamic_compiles: int = 0
+
+    def kernel_pair(self) -> tuple[str, str]:
+        """The first kernel of each version, made readable."""
+        if not self.static_kernels or not self.dynamic_kernels:
+            raise ValueError("no kernel was captured; Inductor may have served the graph from a cache")
+        return readable(self.static_kernels[0].source), readable(self.dynamic_kernels[0].source)
+
+    def rows(self) -> Table:
+        """One row per size: medians, spreads and the dynamic/static ratio."""
+        rows = Table()
+        for n, t in self.timings.items():
+            s, d, e = t["static"], t["dynamic"], t.get("eager")
+            row = {"length": n, "static": str(s), "dynamic": str(d),
+                   "dynamic / static": f"{d.median / s.median:.2f}",
+                   "range of ratio (q1..q3)": f"{d.q1 / s.q3:.2f} .. {d.q3 / s.q1:.2f}"}
+            if e is not None:
+                row["eager"] = str(e)
+            rows.append(row)
+        return rows
+
+    def ratios(self) -> dict[int, float]:
+        """Median dynamic time over median static time, per size."""
+        return {n: t["dynamic"].median / t["static"].median for n, t in self.timings.items()}
+
+
+def _auto_inner(fn: Callable, *args, target: float = 2e-3) -> int:
+    start = time.perf_counter()
+    fn(*args)
+    if args and isinstance(args[0], torch.Tensor) and args[0].is_cuda:
+        torch.cuda.synchronize()
+    one = max(time.perf_counter() - start, 1e-7)
+    return max(1, min(1000, int(target / one)))
+
+
+def _interleaved(fns: dict, args, rounds: int, repeats: int, device) -> dict:
+    """Time several functions on the same input in alternating rounds, so drift hits all alike."""
+    inner = {k: _auto_inner(f, *args) for k, f in fns.items()}
+    samples: dict = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            samples[k] += time_call(f, *args, warmup=1, repeats=repeats, inner=inner[k], device=device).samples
+    return {k: Timing(tuple(v)) for k, v in samples.items()}
+
+
+def inductor_kernels(fn: Callable = chain, sizes: Sequence[int] = (1024,), *, device="cpu", threads: int | None = 1,
+                     rounds: int = 3, repeats: int = 5) -> KernelComparison:
+    """Compile ``fn`` with Inductor statically (one graph per size) and dynamically (one graph), time both.
+
+    The code shown is from ``sizes[0]``. The experiment starts from an empty Inductor cache, so
+    the code is really generated and compile times are honest. ``threads`` pins the CPU thread
+    count for the experiment (1 keeps the kernels free of OpenMP and the timings steadier on a
+    shared machine); it is restored afterwards. Lengths must be at least 2 (0 and 1 are always
+    specialised: lesson 02). Timings alternate static, dynamic and eager in ``rounds`` rounds of
+    ``repeats`` samples, so a machine that slows down mid-way slows all three alike.
+    """
+    sizes = [int(n) for n in sizes]
+    if not sizes:
+        raise ValueError("give at least one length")
+    for n in sizes:
+        check_shape((n,))
+        if n < 2:
+            raise ValueError(f"length {n}: use lengths of 2 or more (0 and 1 are always specialised)")
+    device = torch.device(device)
+    inputs = {n: make_tensor((n,), device=device, seed=n) for n in sizes}
+    result = KernelComparison(sizes[0], "", "", [], [])
+    with isolated(fresh_inductor_cache=True):
+        if threads and device.type == "cpu":
+            torch.set_num_threads(threads)
+        # Two copies of fn with their own code objects: Dynamo keeps compiled graphs per code
+        # object, so a dynamic wrapper over the same function would reuse the static graph.
+        static_fn = torch.compile(_fresh_copy(fn), backend="inductor", dynamic=False)
+        dyn_fn = torch.compile(_fresh_copy(fn), backend="inductor", dynamic=True)
+        for label, compiled in (("static", static_fn), ("dynamic", dyn_fn)):
+            start = time.perf_counter()
+            out, codes = capture_code(compiled, inputs[sizes[0]])
+            result.compile_seconds[f"{label}, length {sizes[0]}"] = time.perf_counter() - start
+            setattr(result, f"{label}_code", codes[0] if codes else "")
+            _check_close(out, fn(inputs[sizes[0]]), f"{label} kernel, length {sizes[0]}")
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        for n in sizes[1:]:
+            start = time.perf_counter()
+            _check_close(static_fn(inputs[n]), fn(inputs[n]), f"static kernel, length {n}")
+            result.compile_seconds[f"static, length {n}"] = time.perf_counter() - start
+            graphs += 1
+            _check_close(dyn_fn(inputs[n]), fn(inputs[n]), f"dynamic kernel, length {n}")
+        result.dynamic_compiles = 1 + torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
+        for n in sizes:
+            result.timings[n] = _interleaved({"static": static_fn, "dynamic": dyn_fn, "eager": fn},
+                                             (inputs[n],), rounds, repeats, device)
+    result.static_kernels = extract_kernels(result.static_code)
+    result.dynamic_kernels = extract_kernels(result.dynamic_code)
+    return result
+
+
+def _fresh_copy(fn: Callable) -> Callable:
+    """A copy of a plain function with its own code object, so Dynamo keeps separate caches for it."""
+    import types
+
+    if not isinstance(fn, types.FunctionType):
+        raise TypeError(f"expected a plain Python function, got {type(fn).__name__}")
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    return copy
+
+
+def _check_close(out, ref, what: str) -> None:
+    if not torch.allclose(out, ref, rtol=1e-4, atol=1e-5):
+        raise AssertionError(f"{what}: the compiled result differs from eager")
+
+
+# --------------------------------------------------------------------------------------------
+# Section 2: symbols and guards
+# --------------------------------------------------------------------------------------------
+
+def graph_shapes(fn: Callable, calls: Iterable[Any], *, dynamic: bool | None = None) -> list[Table]:
+    """For each graph Dynamo compiles over ``calls``, the shape of every value inside it.
+
+    One ``Table`` per graph, rows ``{"value", "op", "shape"}``: the inputs and each step, with
+    symbolic sizes as Dynamo wrote them (``512*s77`` for a flattened ``(s77, 512)``).
+    """
+    graphs: list[Table] = []
+
+    def keep(gm: torch.fx.GraphModule, example_inputs):
+        rows = Table()
+        for node in gm.graph.nodes:
+            value = node.meta.get("example_value")
+            if isinstance(value, torch.Tensor):
+                shape = "(" + ", ".join(str(d) for d in value.shape) + ("," if value.dim() == 1 else "") + ")"
+                op = node.op if node.op in ("placeholder", "output") else getattr(node.target, "__name__", str(node.target))
+                rows.append({"value": node.name, "op": op, "shape": shape})
+        graphs.append(rows)
+        return gm.forward
+
+    with isolated():
+        compiled = torch.compile(fn, backend=keep, dynamic=dynamic)
+        for args in calls:
+            compiled(*(args if isinstance(args, tuple) else (args,)))
+    return graphs
+
+
+_FACT_KINDS = ("create_symbol", "[guard added]", "set_replacement", "marking", "specialize", "runtime_assert")
+
+
+def dynamic_facts(lines: Iterable[str]) -> list[str]:
+    """The ``TORCH_LOGS=dynamic`` lines that state a fact, without torch's trailing advice.
+
+    ``create_symbol s77 = 8 for L['x'].size()[0] [2, int_oo] def f(...)  # file:line (...)``
+    becomes ``create_symbol s77 = 8 for L['x'].size()[0] [2, int_oo]``.
+    """
+    out = []
+    for line in lines:
+        if not any(k in line for k in _FACT_KINDS):
+            continue
+        text = line.split(", for more info")[0]
+        m = re.match(r"(create_symbol \S+ = \S+ for \S+ \[[^\]]*\])", text) or re.match(r"(.*?\[guard added\])", text)
+        if m:
+            text = m.group(1)
+        text = re.sub(r"\s+\(_\w+/[^)]*\)$", "", text).strip()
+        out.append(text)
+    return out
+
+
+def guard_lines_from_log(lines: Iterable[str]) -> list[str]:
+    """From ``TORCH_LOGS=guards`` output: the size and shape guards, one per line, comments removed."""
+    out = []
+    for msg in lines:
+        for raw in msg.splitlines():
+            line = raw.strip().lstrip("|+- ").strip()
+            if line.startswith("TENSOR_MATCH:"):
+                m = re.search(r"check_tensor\((L\[[^\]]+\]).*?size=(\[[^\]]*\])", line)
+                if m:
+                    out.append(f"TENSOR_MATCH {m.group(1)} size={m.group(2)}")
+            elif line.startswith(("LAMBDA_GUARD:", "SYMBOLIC_SHAPE_GUARD:")) and ".size()" in line:
+                out.append(line.split("#")[0].split(":", 1)[1].strip())
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Section 4: the knobs, live
+# --------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def quiet_guard_errors():
+    """Keep torch from printing its long ERROR log when a guard cannot be built.
+
+    A ``mark_dynamic`` that the code specialises raises ``ConstraintViolationError``; before
+    raising, torch logs the same error with two tracebacks to stderr. The exception itself still
+    reaches the caller; only the duplicate log is silenced, and the logger is restored.
+    """
+    lg = logging.getLogger("torch._guards")
+    level, disabled = lg.level, lg.disabled
+    lg.disabled = True
+    try:
+        yield
+    finally:
+        lg.setLevel(level)
+        lg.disabled = disabled
+
+
+def fmt_shapes(shapes: Sequence[tuple]) -> str:
+    """``[('s77', 3)]`` -> ``(s77, 3)``: shapes as Dynamo saw them, without Python's quotes."""
+    return ", ".join("(" + ", ".join(str(d) for d in s) + ("," if len(s) == 1 else "") + ")" for s in shapes)
+
+
+def knob_policies(max_size: int = 32) -> dict[str, dict]:
+    """The source's knobs table as ``observe`` keyword sets, in the table's order."""
+    return {
+        "dynamic=None (default)": dict(dynamic=None),
+        "dynamic=True": dict(dynamic=True),
+        "dynamic=False": dict(dynamic=False),
+        "mark_dynamic(x, 0)": dict(marks=[Mark(0, "dynamic")]),
+        f"mark_dynamic(x, 0, min=2, max={max_size})": dict(marks=[Mark(0, "dynamic", min=2, max=max_size)]),
+        "maybe_mark_dynamic(x, 0)": dict(marks=[Mark(0, "maybe_dynamic")]),
+        "mark_static(x, 0)": dict(marks=[Mark(0, "static")]),
+        "mark_static(x, 0) + dynamic=True": dict(dynamic=True, marks=[Mark(0, "static")]),
+    }
+
+
+def run_policy(fn: Callable, sizes: Sequence[int], features: int, **policy) -> dict:
+    """One stream of ``(size, features)`` inputs under one policy, as a table row.
+
+    Never raises for torch's errors: a call that raises becomes the row's "error" text, with
+    the counts up to that call.
+    """
+    from .inputs import batches
+
+    xs = batches(sizes, features)
+    with quiet_guard_errors():
+        try:
+            rec = observe(fn, xs, **policy)
+        except ExperimentError as e:
+            kind = type(e.original).__name__
+            first = (str(e.original).strip().splitlines() or [""])
+            detail = next((ln.strip(" -") for ln in first if "marked" in ln or "Not all values" in ln or "range" in ln), first[0])
+            detail = detail.split(". If you")[0]
+            return {"counts": "", "graphs": "", "seen as": "", "error": f"{str(e).split(' raised ')[0]} raised {kind}: {detail}"}
+    return {
+        "counts": rec.counts,
+        "graphs": rec.count,
+        "seen as": "; ".join(fmt_shapes(e.shapes) for e in rec.compiles),
+        "error": "",
+    }
+
+
+def knob_table(fn: Callable, sizes: Sequence[int], features: int = 3, policies: dict | None = None) -> Table:
+    """The same stream under every knob: compile counts after each call, graphs, shapes seen, errors."""
+    policies = policies if policies is not None else knob_policies(max(2, sorted(sizes)[-2] if len(sizes) > 1 else sizes[0]))
+    rows = Table()
+    for name, policy in policies.items():
+        rows.append({"setting": name, **run_policy(fn, sizes, features, **policy)})
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Section 5: what guards cost
+# --------------------------------------------------------------------------------------------
+
+def make_n_input_fn(n: int) -> Callable:
+    """A function of ``n`` tensor arguments ``x0..x{n-1}`` that doubles each (one op per input)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"the number of inputs must be a positive int, got {n!r}")
+    args = ", ".join(f"x{i}" for i in range(n))
+    body = ", ".join(f"x{i} * 2" for i in range(n))
+    namespace: dict = {}
+    exec(f"def f_{n}_inputs({args}):\n    return ({body},)\n", namespace)  # a real signature: guards name each input
+    return namespace[f"f_{n}_inputs"]
+
+
+def count_guards(fn: Callable) -> int:
+    """How many leaf guards the cache entries of ``fn``'s code hold (0 if none or if unreadable)."""
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    except ImportError:
+        return 0
+    total = 0
+
+    def walk(manager) -> int:
+        return len(manager.get_leaf_guards()) + sum(walk(c) for c in manager.get_child_managers())
+
+    for entry in _debug_get_cache_entry_list(fn.__code__):
+        try:
+            total += walk(entry.guard_manager.root)
+        except Exception:
+            return 0
+    return total
+
+
+def guard_check_fn(fn: Callable) -> Callable[[dict], bool] | None:
+    """The first cache entry's guard check for ``fn``, callable on a dict of its arguments.
+
+    ``torch._dynamo.eval_frame._debug_get_cache_entry_list`` is internal; None when it is missing.
+    """
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        entries = _debug_get_cache_entry_list(fn.__code__)
+        return entries[0].guard_manager.check if entries else None
+    except Exception:
+        return None
+
+
+def guard_cost(ns: Sequence[int] = (1, 10, 50), *, backends: Sequence[str] = ("eager",), size: int = 4,
+               device="cpu", repeats: int = 15, threads: int | None = 1) -> Table:
+    """Per-call time of eager against compiled, and the guard check alone, for n tensor inputs.
+
+    Rows: n inputs, guards, eager µs, compiled µs per backend, overhead over eager, guard check µs.
+    Tiny tensors (``size`` elements) so the call is all overhead. One thread by default.
+    """
+    rows = Table()
+    device = torch.device(device)
+    for n in ns:
+        fn = make_n_input_fn(n)
+        xs = [make_tensor((size,), device=device, seed=i) for i in range(n)]
+        with isolated():
+            if threads and device.type == "cpu":
+                torch.set_num_threads(threads)
+            row: dict = {"inputs": n}
+            eager = time_call(fn, *xs, repeats=repeats, inner=_auto_inner(fn, *xs), device=device)
+            row["eager µs"] = round(eager.median * 1e6, 1)
+            check_t = None
+            for backend in backends:
+                torch.compiler.reset()
+                compiled = torch.compile(fn, backend=backend)
+                compiled(*xs)
+                t = time_call(compiled, *xs, repeats=repeats, inner=_auto_inner(compiled, *xs), device=device)
+                row[f"compiled ({backend}) µs"] = round(t.median * 1e6, 1)
+                row[f"overhead ({backend}) µs"] = round((t.median - eager.median) * 1e6, 1)
+                if check_t is None:
+                    row["guards"] = count_guards(fn)
+                    check = guard_check_fn(fn)
+                    if check is not None:
+                        scope = {f"x{i}": x for i, x in enumerate(xs)}
+                        if not check(scope):
+                            raise RuntimeError("the guard check rejected the very inputs it was compiled for")
+                        check_t = time_call(check, scope, repeats=repeats, inner=_auto_inner(check, scope))
+            row["guard check µs"] = round(check_t.median * 1e6, 2) if check_t else None
+            row["guard check IQR µs"] = round(check_t.spread * 1e6, 2) if check_t else None
+        rows.append(row)
+    return rows
+
+
+def plot_guard_cost(rows: Sequence[dict]):
+    """A figure: per-call µs against number of inputs, with the source's 1-5 µs guard band."""
+    import matplotlib.pyplot as plt
+
+    ns = [r["inputs"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    ax.axhspan(*SOURCE_GUARD_US, color="tab:green", alpha=0.15, label="source: guard evaluation 1–5 µs")
+    ax.plot(ns, [r["eager µs"] for r in rows], "o-", label="eager call")
+    for key in rows[0]:
+        if key.startswith("compiled ("):
+            ax.plot(ns, [r[key] for r in rows], "s-", label=key.replace(" µs", " call"))
+    if all(r.get("guard check µs") is not None for r in rows):
+        ax.plot(ns, [r["guard check µs"] for r in rows], "^-", color="tab:green", label="guard check alone")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.set_xlabel("tensor inputs")
+    ax.set_ylabel("µs per call (median)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Section 6: other things that recompile
+# --------------------------------------------------------------------------------------------
+
+def _scaled(x, n):
+    return x * n
+
+
+def _double(x):
+    return x.sin() * 2
+
+
+def other_triggers() -> Table:
+    """Each non-shape recompile trigger, set off live: counts and the reason Dynamo gave.
+
+    dtype, ``requires_grad``, grad mode, thread count, duck sizing (``dynamic=True`` with a square
+    first input) and a Python int argument. Every run is isolated: thread count and grad mode
+    are restored afterwards.
+    """
+    from .observe import Observer
+
+    x = make_tensor((4, 3))
+    rows = Table()
+
+    def row(trigger, calls_desc, rec):
+        rows.append({"trigger": trigger, "calls": calls_desc, "counts": rec.counts,
+                     "reason for the last recompile": short_reason(rec.reasons[-1]) if rec.reasons else "(none)"})
+
+    with Observer(_double) as obs:
+        obs(x)
+        obs(x.double())
+    row("dtype", "float32, then float64", obs.record)
+    with Observer(_double) as obs:
+        obs(x)
+        obs(x.clone().requires_grad_(True))
+    row("requires_grad", "a plain tensor, then one that requires grad", obs.record)
+    with Observer(_double) as obs:
+        obs(x)
+        with torch.no_grad():
+            obs(x)
+    row("grad mode", "grad enabled, then under torch.no_grad()", obs.record)
+    with Observer(_double) as obs:
+        obs(x)
+        torch.set_num_threads(1 if torch.get_num_threads() != 1 else 2)
+        obs(x)
+    row("thread count", "then torch.set_num_threads changed", obs.record)
+    with Observer(_double, dynamic=True) as obs:
+        obs(make_tensor((8, 8)))
+        obs(make_tensor((4, 8)))
+    row("duck sizing", "dynamic=True: (8, 8), then (4, 8)", obs.record)
+    with Observer(_scaled) as obs:
+        for n in (2, 3, 4):
+            obs(x, n)
+    row("a Python int argument", "n = 2, 3, 4", obs.record)
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Section 7: memory of past shapes
+# --------------------------------------------------------------------------------------------
+
+def input_shapes(gm: torch.fx.GraphModule) -> str:
+    """The tensor inputs of a graph as Dynamo saw them, e.g. ``(s77, 3)``."""
+    shapes = []
+    for node in gm.graph.nodes:
+        value = node.meta.get("example_value")
+        if node.op == "placeholder" and isinstance(value, torch.Tensor):
+            shapes.append("(" + ", ".join(str(d) for d in value.shape) + ("," if value.dim() == 1 else "") + ")")
+    return ", ".join(shapes)
+
+
+def rerun_without_reset(fn: Callable, sizes: Sequence[int] = (4, 8), features: int = 3, runs: int = 2) -> Table:
+    """Run "the same notebook cell" ``runs`` times: a new ``torch.compile(fn)`` each time, no reset.
+
+    Then once more after ``torch.compiler.reset()``. Rows: which run, compile counts after each
+    call, and whether the first compile of that run was already dynamic.
+    """
+    from torch._dynamo.testing import CompileCounter
+
+    from .inputs import batches
+
+    xs = batches(sizes, features)
+    rows = Table()
+    with isolated():
+        for label in [f"run {i + 1}" for i in range(runs)] + ["after torch.compiler.reset()"]:
+            if label.startswith("after"):
+                torch.compiler.reset()
+            seen: list[str] = []
+
+            def backend(gm, example_inputs, seen=seen):
+                seen.append(input_shapes(gm))
+                return gm.forward
+
+            compiled = torch.compile(fn, backend=backend)  # what re-running the cell does
+            counts = []
+            for x in xs:
+                compiled(x)
+                counts.append(len(seen))
+            rows.append({"cell run": label, "counts": counts, "graphs saw": "; ".join(seen) or "(none)"})
+    return rows
+
+
+_CHILD = r"""
+import json, sys, torch
+sizes, features = json.loads(sys.argv[1])
+seen = []
+def backend(gm, example_inputs):
+    for node in gm.graph.nodes:
+        v = node.meta.get("example_value")
+        if node.op == "placeholder" and isinstance(v, torch.Tensor):
+            seen.append("(" + ", ".join(str(d) for d in v.shape) + ")")
+    return gm.forward
+def f(x):
+    return x.sin() * 2
+compiled = torch.compile(f, backend=backend)
+counts = []
+for b in sizes:
+    compiled(torch.randn(b, features))
+    counts.append(len(seen))
+print(json.dumps({"counts": counts, "seen": seen}))
+"""
+
+
+def job_id_demo(job_id: str = "lesson01-demo", sizes: Sequence[int] = (4, 8, 16), features: int = 3,
+                control: bool = True, timeout: float = 120) -> Table:
+    """Two processes with the same ``TORCH_COMPILE_JOB_ID`` one after the other; with ``control``, a third without.
+
+    Each child is ``sys.executable -c ...``; the job id is set in the child's environment only,
+    and every child writes its profile into one temporary cache directory that is deleted
+    afterwards, so nothing is left behind. The control process (no job id) runs at the same time
+    as the second, to save time.
+    """
+    if not isinstance(job_id, str) or not re.fullmatch(r"[\w.-]{1,64}", job_id):
+        raise ValueError(f"a job id is a short name of letters, digits, '.', '_' or '-', got {job_id!r}")
+    cache = tempfile.mkdtemp(prefix="shapelab-jobid-")
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("TORCH_COMPILE_JOB_ID", "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO", "TORCH_LOGS")}
+    base["TORCHINDUCTOR_CACHE_DIR"] = cache
+    arg = json.dumps([list(sizes), features])
+
+    def start(env):
+        return subprocess.Popen([sys.executable, "-c", _CHILD, arg], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def finish(proc, label, job):
+        out, err = proc.communicate(timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{label} failed: {(err.strip().splitlines() or ['?'])[-1]}")
+        data = json.loads(out.strip().splitlines()[-1])
+        return {"process": label, "TORCH_COMPILE_JOB_ID": job or "(not set)", "counts": data["counts"],
+                "graphs saw": "; ".join(data["seen"])}
+
+    rows = Table()
+    try:
+        with_job = dict(base, TORCH_COMPILE_JOB_ID=job_id)
+        rows.append(finish(start(with_job), "first process", job_id))
+        second = start(with_job)
+        third = start(dict(base)) if control else None
+        rows.append(finish(second, "second process", job_id))
+        if third is not None:
+            rows.append(finish(third, "control process", None))
+        rows.profile_files = sorted(  # type: ignore[attr-defined]
+            os.path.relpath(os.path.join(d, f), cache) for d, _, fs in os.walk(cache) for f in fs if not f.endswith(".lock"))
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# The lab bench
+# --------------------------------------------------------------------------------------------
+
+def bench_fn(x: torch.Tensor) -> torch.Tensor:
+    """The bench's function: a softmax over the last dimension, scaled by its length."""
+    return torch.softmax(x, dim=-1) * x.shape[-1]
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """``"4x16, 8x16"`` -> ``[(4, 16), (8, 16)]``, with a message a learner can act on otherwise."""
+    if not isinstance(text, str):
+        raise TypeError(f"expected text like '4x16, 8x16', got {type(text).__name__}")
+    shapes = []
+    for part in [p.strip() for p in text.replace(";", ",").split(",") if p.strip()]:
+        dims = [d.strip() for d in re.split(r"[x×*]", part.lower())]
+        if len(dims) != 2:
+            raise ValueError(f"{part!r}: write each shape as batch x features, like 4x16")
+        try:
+            b, f = (int(d) for d in dims)
+        except ValueError:
+            raise ValueError(f"{part!r}: sizes must be whole numbers, like 4x16") from None
+        check_shape((b, f))
+        shapes.append((b, f))
+    return shapes
+
+
+MARK_CHOICES = ("none", "dynamic", "maybe_dynamic", "static")
+
+
+def run_bench(history: str = "4x16, 8x16", batch: int = 16, features: int = 16, policy=None,
+              mark_dim0: str = "none", mark_dim1: str = "none", backend: str = "eager") -> dict:
+    """The bench's experiment: call ``bench_fn`` on each shape in ``history``, then on (batch, features).
+
+    Returns the panes: compiles, reasons (the guard that failed), guards (in force for the last
+    graph), shapes (as Dynamo saw them), and "last call" (did the new shape reuse a graph?).
+    """
+    from .widgets import record_panes
+
+    shapes = parse_shapes(history) + [tuple(check_shape((batch, features)))]
+    marks = [Mark(d, kind) for d, kind in ((0, mark_dim0), (1, mark_dim1)) if kind != "none"]
+    for kind in (mark_dim0, mark_dim1):
+        if kind not in MARK_CHOICES:
+            raise ValueError(f"unknown mark {kind!r}; choose from {', '.join(MARK_CHOICES)}")
+    xs = [make_tensor(s, seed=i) for i, s in enumerate(shapes)]
+    with quiet_guard_errors():
+        rec = observe(bench_fn, xs, dynamic=policy, marks=marks, backend=backend)
+    panes = record_panes(rec)
+    last = rec.calls[-1]
+    if last.new_compiles:
+        e = rec.compiles[-1]
+        verdict = (f"{shapes[-1]} compiled a new graph (#{e.number}), seen as {fmt_shapes(e.shapes)}"
+                   + (f"\nbecause: {short_reason(e.reason)}" if e.reason else ""))
+    else:
+        verdict = f"{shapes[-1]} reused a compiled graph: no compile"
+    panes["last call"] = verdict
+    panes["shapes"] = [f"#{e.number}: {fmt_shapes(e.shapes)}" for e in rec.compiles] or "(nothing compiled)"
+    return panes
+
+
+def build_bench(history: str = "4x16, 8x16", batch: int = 16, features: int = 16):
+    """The lesson's lab bench: a slider per dimension, policy, a mark per dimension, backend."""
+    from .widgets import LabBench, dropdown, int_slider, text
+
+    controls = {
+        "history": text("shapes seen before", history),
+        "batch": int_slider("new call: batch (dim 0)", batch, 0, 64),
+        "features": int_slider("new call: features (dim 1)", features, 1, 64),
+        "policy": dropdown("dynamic=", [("None (default)", None), ("True", True), ("False", False)]),
+        "mark_dim0": dropdown("mark dim 0", list(MARK_CHOICES)),
+        "mark_dim1": dropdown("mark dim 1", list(MARK_CHOICES)),
+        "backend": dropdown("backend", ["eager", "aot_eager", "inductor"]),
+    }
+    return LabBench("Which call compiles, and which guard says so?", controls, run_bench,
+                    panes=["compiles", "reasons", "last call", "guards", "shapes"])
+
+
+# --------------------------------------------------------------------------------------------
+# Lab helpers
+# --------------------------------------------------------------------------------------------
+
+def stream_counts(fn: Callable, shapes: Sequence[tuple], policies: dict) -> dict:
+    """Graphs compiled over one stream of input ``shapes`` under each named policy (fresh tensors each time).
+
+    Marks stick to tensor objects, so every policy gets its own freshly made inputs.
+    """
+    out = {}
+    for name, policy in policies.items():
+        xs = [make_tensor(s, seed=i) for i, s in enumerate(shapes)]
+        out[name] = observe(fn, xs, **policy).count
+    return out
+
+
+def compare_prediction(predicted: dict, measured: dict, hints: dict | None = None) -> tuple[bool, str]:
+    """Check predicted compile counts against measured ones; the message says which are off and how.
+
+    It says "too high" or "too low" and gives the hint for that row, not the answer.
+    """
+    from .checks import unanswered
+
+    if unanswered(predicted) or not isinstance(predicted, dict):
+        return False, "no prediction yet: fill in the dict with one whole number per policy"
+    wrong = []
+    for key, value in measured.items():
+        guess = predicted.get(key)
+        if unanswered(guess):
+            wrong.append(f"{key}: no prediction")
+        elif not isinstance(guess, int) or isinstance(guess, bool):
+            wrong.append(f"{key}: predict a whole number of compiles, not {guess!r}")
+        elif guess != value:
+            hint = (hints or {}).get(key, "")
+            wrong.append(f"{key}: your {guess} is too {'high' if guess > value else 'low'}" + (f" ({hint})" if hint else ""))
+    if wrong:
+        return False, "; ".join(wrong)
+    return True, "every prediction matches the measurement: " + ", ".join(f"{k}: {v}" for k, v in measured.items())
