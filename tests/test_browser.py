@@ -86,7 +86,14 @@ def _lesson04_spec() -> BenchSpec:
                      expect=("8 compile(s) over 200 call(s)", "expected 24, actual 56"))
 
 
-SPECS = {"00_": _lesson00_spec, "01_": _lesson01_spec, "02_": _lesson02_spec, "04_": _lesson04_spec, "05_": _lesson05_spec}
+def _lesson03_spec() -> BenchSpec:
+    # A lower limit: compiles stop at 3 and the one warning names it.
+    return BenchSpec(steps=(Step("type", "recompile limit", "3"),),
+                     expect=("3 compile(s) with the recompile limit at 3", "hit config.recompile_limit (3)"))
+
+
+SPECS = {"00_": _lesson00_spec, "01_": _lesson01_spec, "02_": _lesson02_spec, "03_": _lesson03_spec,
+         "04_": _lesson04_spec, "05_": _lesson05_spec}
 
 
 def _lessons_with_bench() -> list[Path]:
