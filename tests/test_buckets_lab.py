@@ -99,13 +99,6 @@ def test_replay_buckets_compiles_one_graph_per_bucket_used():
         B.replay_buckets([8, 16], lengths, 64)
 
 
-def test_one_thread_restores_the_thread_count():
-    before = torch.get_num_threads()
-    with B.one_thread():
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
-
-
 # --- masking -------------------------------------------------------------------------------------
 
 def test_masked_attention_equals_the_unpadded_computation_and_plain_attention_does_not():

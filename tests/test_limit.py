@@ -30,18 +30,6 @@ def test_quiet_dynamo_stderr_keeps_capture_and_restores_handlers(capfd):
     assert {n: list(logging.getLogger(n).handlers) for n in before} == before
 
 
-def test_cpu_threads_pins_and_restores():
-    before = torch.get_num_threads()
-    with L.cpu_threads(1):
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
-    with L.cpu_threads(None):
-        assert torch.get_num_threads() == before
-    with pytest.raises(ValueError):
-        with L.cpu_threads(0):
-            pass
-
-
 def test_pointwise_block_keeps_shape():
     x = torch.randn(5, 7)
     assert L.pointwise_block(x).shape == x.shape

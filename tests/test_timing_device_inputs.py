@@ -3,7 +3,7 @@ import time
 import pytest
 import torch
 
-from shapelab import Timing, batches, check_shape, fmt_seconds, make_tensor, parse_sizes, pick_device, time_call, time_first_call
+from shapelab import Timing, batches, check_count, check_shape, cpu_threads, fmt_seconds, make_tensor, parse_sizes, pick_device, time_call, time_first_call
 from shapelab.device import device_note
 
 
@@ -66,3 +66,24 @@ def test_parse_sizes():
         parse_sizes("4, -2")
     with pytest.raises(ValueError, match="no sizes"):
         parse_sizes(" , ")
+
+
+def test_cpu_threads_pins_and_restores():
+    before = torch.get_num_threads()
+    with cpu_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with cpu_threads(None):
+        assert torch.get_num_threads() == before
+    with pytest.raises(ValueError):
+        with cpu_threads(0):
+            pass
+    assert torch.get_num_threads() == before
+
+
+def test_check_count():
+    assert check_count("k", 3) == 3 and check_count("n", 2, low=2) == 2
+    with pytest.raises(TypeError, match="k must be a whole number"):
+        check_count("k", 2.0)
+    with pytest.raises(ValueError, match="n must be at least 2"):
+        check_count("n", 1, low=2)

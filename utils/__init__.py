@@ -8,13 +8,13 @@ from .checks import Checker, CheckFailed, unanswered
 from .device import device_note, pick_device
 from .display import Table, html_table, text_table
 from .environment import inductor_check, setup
-from .inputs import batches, check_shape, make_tensor, parse_sizes
+from .inputs import batches, check_count, check_shape, make_tensor, parse_sizes
 from .isolation import clean_compile_state, isolated, snapshot
 from .ledger import Ledger
 from .logs import capture_logs
 from .observe import BACKENDS, ExperimentError, Mark, Observer, Record, observe, short_reason
 from .serving import ServeReport, replay
-from .timing import Timing, fmt_seconds, time_call, time_first_call
+from .timing import Timing, cpu_threads, fmt_seconds, time_call, time_first_call
 from .traffic import request_lengths
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -17,7 +17,6 @@ on paper) and measures the same things on a real compiled function:
 from __future__ import annotations
 
 import bisect
-import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
@@ -26,8 +25,9 @@ import torch
 
 from . import compat
 from .bucketing import STRATEGIES, bucket_stats, bucketer, formula_compiles
-from .observe import Mark, Observer, Record, short_reason
-from .timing import Timing, fmt_seconds, time_call
+from .inputs import check_count
+from .observe import Mark, Observer, Record
+from .timing import Timing, cpu_threads, fmt_seconds, time_call
 from .traffic import request_lengths
 
 FEATURES = 4  # width of the token vectors in the counting experiments (the count does not depend on it)
@@ -42,37 +42,14 @@ def label(strategy: str, k: int = 128) -> str:
     return f"multiples of {k}" if strategy == "multiple" else LABELS[strategy]
 
 
-@contextlib.contextmanager
-def one_thread():
-    """Run the block on one CPU thread, then put the thread count back.
-
-    Compile counts do not depend on threads; on a shared, loaded machine two-thread kernels
-    can wait milliseconds for each other, and one thread keeps experiments fast and timings steady.
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def _check_int(name: str, value, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a whole number, got {value!r} ({type(value).__name__})")
-    if value < low:
-        raise ValueError(f"{name} must be at least {low}, got {value}")
-    return value
-
-
 # --- padding without changing the answer ---------------------------------------------------------
 
 def length_mask(lengths: Sequence[int] | int, padded: int, device=None) -> torch.Tensor:
     """A (batch, padded) bool mask, True at the real tokens of each row."""
     lengths = [lengths] if isinstance(lengths, int) else list(lengths)
-    _check_int("the padded length", padded)
+    check_count("the padded length", padded)
     for n in lengths:
-        _check_int("a length", n)
+        check_count("a length", n)
         if n > padded:
             raise ValueError(f"length {n} does not fit in a padded length of {padded}")
     pos = torch.arange(padded, device=device)
@@ -81,7 +58,7 @@ def length_mask(lengths: Sequence[int] | int, padded: int, device=None) -> torch
 
 def pad_to(x: torch.Tensor, padded: int) -> torch.Tensor:
     """``x`` (batch, n, features) padded with zeros along dim 1 to ``padded`` positions."""
-    _check_int("the padded length", padded)
+    check_count("the padded length", padded)
     if x.dim() != 3:
         raise ValueError(f"expected a (batch, length, features) tensor, got shape {tuple(x.shape)}")
     if x.shape[1] > padded:
@@ -122,7 +99,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def padded_inputs(n: int, padded: int, *, features: int = FEATURES, batch: int = 1, device="cpu",
                   seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One request of ``n`` tokens, padded to ``padded``: ``(x, mask)`` with zeros in the padding."""
-    _check_int("a length", n)
+    check_count("a length", n)
     gen = torch.Generator().manual_seed(seed) if seed is not None else None
     x = torch.randn(batch, n, features, generator=gen).to(device)
     return pad_to(x, padded), length_mask([n] * batch, padded, device=device)
@@ -175,8 +152,8 @@ def closed_form(strategy: str, max_len: int, k: int = 128) -> dict:
     and waste at most ``L/2 - 1`` tokens when L is one; multiples of k waste at most ``k - 1``;
     every bucket is capped at L.
     """
-    _check_int("L", max_len)
-    _check_int("k", k)
+    check_count("L", max_len)
+    check_count("k", k)
     compiles = formula_compiles(strategy, max_len, k)
     if strategy in ("exact", "symbolic"):
         return {"compiles": compiles, "worst_waste": 0, "worst_ratio": 1.0}
@@ -283,11 +260,11 @@ def measure_strategy(strategy: str, max_len: int, k: int = 128, *, traffic: dict
     padded size gets its own static graph and none falls back; ``dynamic=True`` for
     "symbolic"); padded tokens are read from the input shapes each call really had.
     """
-    _check_int("L", max_len)
+    check_count("L", max_len)
     pad = bucketer(strategy, max_len, k)
     run = StrategyRun(strategy, max_len, k, record=None, every=Bill())  # type: ignore[arg-type]
     lists = ([("every", range(1, max_len + 1))] if every_length else []) + list((traffic or {}).items())
-    with one_thread(), torch.no_grad(), Observer(fn, backend=backend, **_policy(strategy, max_len)) as obs:
+    with cpu_threads(1), torch.no_grad(), Observer(fn, backend=backend, **_policy(strategy, max_len)) as obs:
         for name, lengths in lists:
             bill = run.every if name == "every" else run.traffic.setdefault(name, Bill())
             for n in lengths:
@@ -336,12 +313,12 @@ def traffic_rows(runs: Sequence[StrategyRun]) -> list[dict]:
 # --- optimal buckets -----------------------------------------------------------------------------
 
 def _check_lengths(lengths: Sequence[int], max_len: int) -> list[int]:
-    _check_int("L", max_len)
+    check_count("L", max_len)
     lengths = list(lengths)
     if not lengths:
         raise ValueError("need at least one request length")
     for n in lengths:
-        _check_int("a length", n)
+        check_count("a length", n)
         if n > max_len:
             raise ValueError(f"length {n} is longer than L = {max_len}")
     return lengths
@@ -394,7 +371,7 @@ def _solve(lengths: Sequence[int], max_len: int, max_buckets: int):
     import numpy as np
 
     lengths = _check_lengths(lengths, max_len)
-    _check_int("the number of buckets", max_buckets)
+    check_count("the number of buckets", max_buckets)
     values = sorted(set(lengths) | {max_len})
     count = {v: 0 for v in values}
     for n in lengths:
@@ -444,7 +421,7 @@ def optimal_frontier(lengths: Sequence[int], max_len: int, budgets: Iterable[int
     if not budgets:
         return []
     for b in budgets:
-        _check_int("a compile budget", b)
+        check_count("a compile budget", b)
     values, choices, totals = _solve(lengths, max_len, max(budgets))
     tokens = sum(lengths)
     out = []
@@ -687,8 +664,8 @@ def measure_policy_costs(length: int, bucket: int, *, model: torch.nn.Module | N
     process pays one-time set-up anyway, so the per-graph cost is taken from the later ones.
     Runs on one CPU thread.
     """
-    _check_int("the length", length, 2)
-    _check_int("the bucket", bucket, 2)
+    check_count("the length", length, 2)
+    check_count("the bucket", bucket, 2)
     if bucket < length:
         raise ValueError(f"the bucket ({bucket}) must be at least the length ({length})")
     if model is None:
@@ -698,7 +675,7 @@ def measure_policy_costs(length: int, bucket: int, *, model: torch.nn.Module | N
     model = model.to(device)
     inputs = {p: padded_inputs(length, p, features=width, batch=batch, device=device, seed=0) for p in (length, bucket)}
     kw = dict(warmup=2, repeats=repeats, inner=inner, device=device)
-    with one_thread(), torch.no_grad():
+    with cpu_threads(1), torch.no_grad():
         with Observer(model, dynamic=False, backend=backend) as obs:
             obs(*inputs[length])
             obs(*inputs[bucket])
@@ -732,7 +709,7 @@ def limit_experiment(max_len: int = 1024, strategy: str = "pow2", k: int = 128, 
     policy = {"dynamic": False}
     if limit is not None:
         policy["recompile_limit"] = limit
-    with one_thread(), torch.no_grad(), Observer(fn, **policy) as obs:
+    with cpu_threads(1), torch.no_grad(), Observer(fn, **policy) as obs:
         for p in sizes:
             obs(*padded_inputs(p, p))
     return sizes, obs.record
@@ -749,7 +726,7 @@ def policy_records(lengths: Sequence[int], max_len: int, *, fn: Callable = maske
     }
     for name, (strategy, policy) in setups.items():
         pad = bucketer(strategy, max_len)
-        with one_thread(), torch.no_grad(), Observer(fn, **policy) as obs:
+        with cpu_threads(1), torch.no_grad(), Observer(fn, **policy) as obs:
             for n in lengths:
                 obs(*padded_inputs(n, pad(n)))
         out[name] = obs.record
@@ -763,7 +740,7 @@ def replay_buckets(buckets: Sequence[int], lengths: Sequence[int], max_len: int,
     bs = check_bucket_set(buckets, max_len)
     lengths = _check_lengths(lengths, max_len)
     policy = {"dynamic": False} if limit is None else {"dynamic": False, "recompile_limit": limit}
-    with one_thread(), torch.no_grad(), Observer(fn, **policy) as obs:
+    with cpu_threads(1), torch.no_grad(), Observer(fn, **policy) as obs:
         for n in lengths:
             p = bucket_of(bs, n)
             obs(*padded_inputs(n, p))
@@ -775,7 +752,7 @@ def int_vs_mask(lengths: Sequence[int], max_len: int, strategy: str = "pow2", k:
     pad = bucketer(strategy, max_len, k)
     policy = _policy(strategy, max_len)
     out = {}
-    with one_thread(), torch.no_grad():
+    with cpu_threads(1), torch.no_grad():
         with Observer(masked_attention_by_int, **policy) as obs:
             for n in lengths:
                 x, _ = padded_inputs(n, pad(n))
@@ -844,9 +821,9 @@ def run_bench(max_len: int, strategy: str, k: int, distribution: str, requests: 
     """
     from .widgets import record_panes
 
-    _check_int("L", max_len)
-    _check_int("the bucket size k", k)
-    _check_int("the number of requests", requests)
+    check_count("L", max_len)
+    check_count("the bucket size k", k)
+    check_count("the number of requests", requests)
     lengths = request_lengths(requests, max_len, distribution, seed=seed)
     run = measure_strategy(strategy, max_len, k, traffic={distribution: lengths}, every_length=False)
     bill = run.traffic[distribution]
@@ -939,11 +916,11 @@ def check_masked_function(fn: Callable, max_len: int, *, reference: Callable = m
     """Compile ``fn(x, mask)`` (eager backend, ``dynamic=False``), run it on every length 1..L padded
     to powers of two, and check both that it equals ``reference`` on the real tokens and that it
     compiled once per bucket, not once per length."""
-    _check_int("L", max_len)
+    check_count("L", max_len)
     pad = bucketer("pow2", max_len)
     buckets = len({pad(n) for n in range(1, max_len + 1)})
     ok, msg = True, ""
-    with one_thread(), torch.no_grad(), Observer(fn, **_policy("pow2", max_len)) as obs:
+    with cpu_threads(1), torch.no_grad(), Observer(fn, **_policy("pow2", max_len)) as obs:
         compiled = lambda x, mask: obs(x, mask)  # noqa: E731
         ok, msg = padding_agrees(compiled, reference, range(1, max_len + 1), pad, features=features, rows=2)
     if not ok:

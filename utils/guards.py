@@ -39,7 +39,7 @@ from .display import Table
 from .inputs import check_shape, make_tensor
 from .isolation import isolated
 from .observe import ExperimentError, Mark, observe, short_reason
-from .timing import Timing, fmt_seconds, time_call
+from .timing import Timing, time_call
 
 SOURCE_GUARD_US = (1.0, 5.0)  # the source text's "Guard evaluation ~1-5 µs per call"
 
@@ -711,8 +711,6 @@ def rerun_without_reset(fn: Callable, sizes: Sequence[int] = (4, 8), features: i
     Then once more after ``torch.compiler.reset()``. Rows: which run, compile counts after each
     call, and whether the first compile of that run was already dynamic.
     """
-    from torch._dynamo.testing import CompileCounter
-
     from .inputs import batches
 
     xs = batches(sizes, features)

@@ -11,6 +11,15 @@ import torch
 _MEMORY_SHARE = 0.25
 
 
+def check_count(name: str, value, low: int = 1) -> int:
+    """Return ``value`` if it is a whole number >= ``low``; otherwise raise, naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a whole number, got {value!r} ({type(value).__name__})")
+    if value < low:
+        raise ValueError(f"{name} must be at least {low}, got {value}")
+    return value
+
+
 def check_shape(shape: Sequence[int]) -> tuple[int, ...]:
     """Return ``shape`` as a tuple of ints, or raise ValueError/TypeError saying what is wrong.
 

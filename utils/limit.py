@@ -37,20 +37,12 @@ import torch
 from . import compat
 from .bucketing import bucketer
 from .checks import unanswered
-from .inputs import make_tensor
+from .inputs import check_count, make_tensor
 from .isolation import isolated
 from .observe import ExperimentError, Mark, Observer, Record, short_reason
 from .serving import ServeReport, replay
-from .timing import Timing, fmt_seconds, time_call
+from .timing import Timing, cpu_threads, fmt_seconds, time_call
 from .traffic import DISTRIBUTIONS, request_lengths
-
-
-def _positive_int(name: str, value, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a whole number, got {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be at least {low}, got {value}")
-    return value
 
 
 @contextlib.contextmanager
@@ -71,24 +63,6 @@ def quiet_dynamo_stderr() -> Iterator[None]:
     finally:
         for n, hs in saved.items():
             logging.getLogger(n).handlers[:] = hs
-
-
-@contextlib.contextmanager
-def cpu_threads(n: int | None) -> Iterator[None]:
-    """Run the block with ``n`` CPU threads (``None``: leave them alone); restore them after.
-
-    Small tensors on a busy machine pay milliseconds per op for waking a second thread, which
-    would swamp what an experiment measures; one thread keeps latencies steady.
-    """
-    if n is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(_positive_int("threads", n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,13 +118,13 @@ def time_fall_back(fn: Callable, inputs: Sequence[torch.Tensor], *, limit: int, 
     before the first compile, restored afterwards), which keeps timings steady on a shared
     machine; ``None`` leaves it alone.
     """
-    _positive_int("limit", limit)
-    _positive_int("rounds", rounds)
+    check_count("limit", limit)
+    check_count("rounds", rounds)
     if not inputs:
         raise ValueError("need at least one input")
     with Observer(fn, backend=backend, dynamic=False, recompile_limit=limit) as obs:
         if threads is not None:
-            torch.set_num_threads(_positive_int("threads", threads))
+            torch.set_num_threads(check_count("threads", threads))
         for x in inputs:
             obs(x)
         rows = []
@@ -214,7 +188,7 @@ def compile_kwarg_counts(fn: Callable, calls: Sequence[Any], recompile_limit: in
     """Cumulative compile counts of ``torch.compile(fn, dynamic=False, recompile_limit=N)`` over
     ``calls``, counted with a counting backend in an isolated experiment. ``None`` on a release
     whose ``torch.compile`` has no such keyword."""
-    _positive_int("recompile_limit", recompile_limit)
+    check_count("recompile_limit", recompile_limit)
     if not compat.supports_compile_kwarg("recompile_limit"):
         return None
     graphs = []
@@ -253,9 +227,9 @@ def accumulated_scope(shapes: int = 7, accumulated: int = 5, functions: int = 2)
     functions together would stop at ``accumulated``; each reaching it on its own shows it is kept
     per code object (summed over that function's cache entries).
     """
-    _positive_int("shapes", shapes)
-    _positive_int("accumulated", accumulated)
-    fns = (_scope_a, _scope_b, _scope_c)[: max(1, min(3, _positive_int("functions", functions)))]
+    check_count("shapes", shapes)
+    check_count("accumulated", accumulated)
+    fns = (_scope_a, _scope_b, _scope_c)[: max(1, min(3, check_count("functions", functions)))]
     graphs: dict[str, int] = {}
     counts: dict[str, list[int]] = {}
     cfg = {compat.accumulated_limit_name(): accumulated, compat.recompile_limit_name(): max(100, 2 * accumulated)}
@@ -447,7 +421,7 @@ class TinySeqModel(torch.nn.Module):
 
     def __init__(self, width: int = 16):
         super().__init__()
-        _positive_int("width", width)
+        check_count("width", width)
         self.inp = torch.nn.Linear(width, width)
         self.up = torch.nn.Linear(width, 2 * width)
         self.down = torch.nn.Linear(2 * width, width)
@@ -470,7 +444,7 @@ def make_model(width: int = 16, seed: int = 0, device="cpu") -> TinySeqModel:
 
 def request_maker(width: int, device="cpu") -> Callable[[int], torch.Tensor]:
     """``make_input`` for ``replay``: length ``n`` -> a ``(1, n, width)`` request tensor."""
-    _positive_int("width", width)
+    check_count("width", width)
     return lambda n: make_tensor((1, n, width), device=device, seed=n)
 
 
@@ -490,8 +464,8 @@ def fix_policy(fix: str, *, limit: int = 8, raised_limit: int = 64, k: int = 128
     in force, ``raised_limit`` what "raise_limit" raises it to, ``dim`` the varying dimension."""
     if fix not in FIXES:
         raise ValueError(f"unknown fix {fix!r}; choose from {', '.join(FIXES)}")
-    _positive_int("limit", limit)
-    _positive_int("raised_limit", raised_limit)
+    check_count("limit", limit)
+    check_count("raised_limit", raised_limit)
     base = {"strategy": "exact", "dynamic": False, "recompile_limit": limit}
     if fix == "bucket128":
         base.update(strategy="multiple", k=k)
@@ -628,7 +602,7 @@ def other_causes(n: int = 12, width: int = 8) -> dict[str, Record]:
     """Three more ways to exhaust the limit under the default policy (``dynamic=None``), each run
     ``n`` times: a Python int argument that drives a loop, a module attribute that changes every
     call, and dtype flips combined with a batch of one."""
-    _positive_int("n", n, 2)
+    check_count("n", n, 2)
     out = {}
     with quiet_dynamo_stderr(), torch.no_grad():
         x = make_tensor((4, width))
@@ -689,9 +663,9 @@ def record_trace(trace_dir: str | os.PathLike, *, requests: int = 60, max_len: i
         raise ValueError(f"unknown distribution {distribution!r}; choose from {', '.join(DISTRIBUTIONS)}")
     trace_dir = Path(trace_dir)
     trace_dir.mkdir(parents=True, exist_ok=True)
-    args = dict(requests=_positive_int("requests", requests), max_len=_positive_int("max_len", max_len),
-                distinct=_positive_int("distinct", distinct), distribution=distribution,
-                width=_positive_int("width", width), seed=seed, backend=backend)
+    args = dict(requests=check_count("requests", requests), max_len=check_count("max_len", max_len),
+                distinct=check_count("distinct", distinct), distribution=distribution,
+                width=check_count("width", width), seed=seed, backend=backend)
     env = dict(os.environ, TORCH_TRACE=str(trace_dir), TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO="0")
     env.pop("TORCH_COMPILE_JOB_ID", None)
     done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(args)], env=env, capture_output=True,
@@ -796,7 +770,7 @@ def bench_run(distinct: int = 40, distribution: str = "lognormal", fix: str = "n
     """
     for name, value, low in (("distinct lengths", distinct, 1), ("recompile limit", limit, 1),
                              ("requests", requests, 1), ("staging lengths", staging, 1)):
-        _positive_int(name, value, low)
+        check_count(name, value, low)
     if distinct > max_len:
         raise ValueError(f"distinct lengths must be at most the maximum length {max_len}, got {distinct}")
     key = (width, seed)
@@ -914,14 +888,14 @@ class MysteryService:
     def __init__(self, seed: int = 0, width: int = 16, backend: str = "eager", threads: int | None = 1):
         self.seed = seed
         self.threads = threads
-        self.width = _positive_int("width", width)
+        self.width = check_count("width", width)
         self.backend = backend
         self._cause = random.Random(f"service-{seed}").choice(sorted(MYSTERY_CAUSES))
         self.model = make_model(width, seed)
 
     def traffic(self, n: int, seed: int = 0) -> list[Request]:
         """``n`` production requests; a different ``seed`` is a fresh sample of the same traffic."""
-        _positive_int("n", n)
+        check_count("n", n)
         rng = random.Random(f"traffic-{self.seed}-{seed}")
         lengths = request_lengths(n, self.max_len, "uniform", distinct=40, seed=rng.randrange(10**6))
         batches = request_lengths(n, self.max_batch, "uniform", distinct=24, seed=rng.randrange(10**6))

@@ -1,10 +1,11 @@
 """Timing done right: warm up, synchronise the device, repeat, report the median and the spread."""
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -62,6 +63,26 @@ def synchronize(device: torch.device | str | None = None) -> None:
     dev = torch.device(device) if device is not None else None
     if (dev is None or dev.type == "cuda") and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize(dev)
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``n`` CPU threads (``None``: leave them alone); restore them after.
+
+    Compile counts do not depend on threads; but small tensors on a busy machine can pay
+    milliseconds per op waking a second thread, which swamps what an experiment measures.
+    """
+    if n is None:
+        yield
+        return
+    from .inputs import check_count
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(check_count("threads", n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def time_call(fn: Callable, *args: Any, warmup: int = 3, repeats: int = 20, inner: int = 1, device=None) -> Timing:

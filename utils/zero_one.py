@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from .checks import unanswered
-from .inputs import check_shape, make_tensor, parse_sizes
+from .inputs import check_count, check_shape, make_tensor, parse_sizes
 from .isolation import isolated
 from .observe import ExperimentError, Mark, Observer, Record, short_reason
 from .timing import Timing, fmt_seconds, time_call, time_first_call
@@ -301,9 +301,7 @@ def serve_bite(model: torch.nn.Module, *, width: int, warm_batch: int = 8, probe
 
 def _set_threads(threads: int | None) -> None:
     if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be a positive int or None, got {threads!r}")
-        torch.set_num_threads(threads)
+        torch.set_num_threads(check_count("threads", threads))
 
 
 def _serve_bite(model, x, warm_batch, probes, backend, dynamic, repeats, device) -> Bite:
