@@ -273,7 +273,8 @@ def _drive(page, spec: BenchSpec, base: str, token: str, copy: Path, errors: lis
     bench.locator("button.jupyter-button:has-text('Run')").click()
     for text in spec.expect:
         bench.get_by_text(text, exact=False).first.wait_for(timeout=120_000)
-    assert "✅ done" in bench.inner_text()
+    # The status line turns to done just after the panes update (a separate widget message).
+    bench.locator(".widget-html").filter(has_text="✅ done").first.wait_for(timeout=30_000)
 
     body = page.inner_text("body")
     assert "Loading widget" not in body, "a widget placeholder is still on the page"
