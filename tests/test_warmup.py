@@ -1,0 +1,87 @@
+"""The warm-up: fills the Inductor cache it is given, and names the sections that stay cold on purpose."""
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+from shapelab import warmup
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def notebook(path: Path, cells):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}
+    for kind, src in cells:
+        if kind == "md":
+            nb.cells.append(nbformat.v4.new_markdown_cell(src))
+        else:
+            meta = {"tags": ["parameters"]} if kind == "params" else {}
+            nb.cells.append(nbformat.v4.new_code_cell(src, metadata=meta))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+TINY = [
+    ("md", "# Tiny lesson"), ("params", 'SCALE = "auto"'),
+    ("md", "## 1. Served warm"),
+    ("code", "import torch\nf = torch.compile(lambda x: x.cos() * 2, backend='inductor')\nf(torch.ones(8))"),
+    ("md", "## 2. Watch a compile\nThis one compiles from an empty cache on purpose."),
+    ("code", "import shapelab as S\nwith S.isolated(fresh_inductor_cache=True):\n    pass"),
+]
+
+
+def test_warmup_fills_the_cache_and_lists_the_cold_sections(tmp_path):
+    nbs, cache = tmp_path / "notebooks", tmp_path / "cache"
+    notebook(nbs / "00_tiny.ipynb", TINY)
+    result = subprocess.run([sys.executable, "-m", "shapelab.warmup", "--notebooks", str(nbs), "--cache-dir", str(cache),
+                             "--scale", "ci"], capture_output=True, text=True, timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    files, size = warmup.cache_stats(cache)
+    assert files > 0 and size > 0, "the Inductor compile in section 1 must leave files in the cache"
+    assert "00_tiny · 2. Watch a compile (cell 5, took" in out
+    assert "1. Served warm" not in out.split("on purpose")[1]
+    assert f"TORCHINDUCTOR_CACHE_DIR={cache}" in out
+
+
+def test_lists_lesson_00s_cold_compile_without_running_anything():
+    result = subprocess.run([sys.executable, "-m", "shapelab.warmup", "--list", "--only", "00"],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "00_orientation" in result.stdout and "inductor_check" in result.stdout
+
+
+def test_library_functions_that_use_an_empty_cache_are_found(tmp_path):
+    names = warmup.library_fresh_functions()
+    assert "inductor_check" in names
+    assert not {"isolated", "observe", "setup"} & names  # they only offer the option
+    (tmp_path / "mod.py").write_text(
+        "def a():\n    with isolated(fresh_inductor_cache=True):\n        pass\n"
+        "def b():\n    return a()\n"
+        "def c(fresh_inductor_cache=False):\n    with isolated(fresh_inductor_cache=fresh_inductor_cache):\n        pass\n"
+        "def d(check_inductor=False):\n    if check_inductor:\n        a()\n"
+        "def e():\n    \"\"\"Times a compile that starts from an empty cache.\"\"\"\n"
+        "def f(backend):\n    with Observer(fresh_inductor_cache=backend == 'inductor'):\n        pass\n"
+        "def g():\n    return 1\n")
+    assert warmup.library_fresh_functions(tmp_path) == {"a", "b", "e", "f"}
+
+
+def test_fresh_sections_follow_functions_the_lesson_defines(tmp_path):
+    path = notebook(tmp_path / "03_x.ipynb", [
+        ("md", "# X"), ("params", 'SCALE = "auto"'),
+        ("md", "## 1. Helper"),
+        ("code", "import shapelab as S\ndef cold_compile():\n    with S.isolated(fresh_inductor_cache=True):\n        return 1"),
+        ("md", "## 2. Use it"),
+        ("code", "%time t = cold_compile()"),
+        ("md", "## 3. Unrelated"),
+        ("code", "y = 2"),
+    ])
+    spots = warmup.fresh_sections(path, fresh_names=set())
+    assert [(s.section, s.cell) for s in spots] == [("1. Helper", 3), ("2. Use it", 5)]
+    assert spots[1].line == "%time t = cold_compile()"
+    assert not spots[1].said  # nothing near it tells the learner, and the listing says so
+    assert "does not say so" in warmup.describe_spots(spots)
+    assert "No lesson section" in warmup.describe_spots([])
