@@ -10,24 +10,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from notebook_factory import write_notebook
+
 from shapelab import fullrun
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def notebook(path: Path, cells):
-    """Write a tiny lesson: ("md"|"params"|"code", source) cells, stored clean."""
-    nb = nbformat.v4.new_notebook()
-    nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}
-    for kind, src in cells:
-        if kind == "md":
-            nb.cells.append(nbformat.v4.new_markdown_cell(src))
-        else:
-            meta = {"tags": ["parameters"]} if kind == "params" else {}
-            nb.cells.append(nbformat.v4.new_code_cell(src, metadata=meta))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, path)
-    return path
 
 
 def run_cli(*args, timeout=400):
@@ -59,14 +46,14 @@ def test_lesson_00_at_ci_scale_gives_a_report_of_its_measured_ledger(tmp_path):
 
 def test_only_this_runs_ledgers_are_read_and_failures_are_reported(tmp_path):
     nbs = tmp_path / "notebooks"
-    notebook(nbs / "00_measures.ipynb", [
+    write_notebook(nbs / "00_measures.ipynb", [
         ("md", "# Measures"), ("params", 'SCALE = "auto"'),
         ("md", "## 1. Count"),
         ("code", "import shapelab as S\nled = S.Ledger('00_measures')\n"
                  "led.add('two and two', 'make four', f'{2 + 2} measured', 2 + 2 == 4)\nled.save()"),
     ])
-    notebook(nbs / "01_no_ledger.ipynb", [("md", "# Nothing to claim"), ("params", 'SCALE = "auto"'), ("code", "x = 1")])
-    notebook(nbs / "02_breaks.ipynb", [("md", "# Breaks"), ("params", 'SCALE = "auto"'),
+    write_notebook(nbs / "01_no_ledger.ipynb", [("md", "# Nothing to claim"), ("params", 'SCALE = "auto"'), ("code", "x = 1")])
+    write_notebook(nbs / "02_breaks.ipynb", [("md", "# Breaks"), ("params", 'SCALE = "auto"'),
                                        ("code", "raise ValueError('size 0 is not a batch')")])
     out = tmp_path / "run"
     (out / "ledger").mkdir(parents=True)
@@ -84,7 +71,7 @@ def test_only_this_runs_ledgers_are_read_and_failures_are_reported(tmp_path):
 
 def test_find_lessons(tmp_path):
     for name in ("00_a", "01_b", "10_c", "notes"):
-        notebook(tmp_path / f"{name}.ipynb", [("code", "1")])
+        write_notebook(tmp_path / f"{name}.ipynb", [("code", "1")])
     assert [p.stem for p in fullrun.find_lessons(tmp_path)] == ["00_a", "01_b", "10_c"]
     assert [p.stem for p in fullrun.find_lessons(tmp_path, ["01", "10_c"])] == ["01_b", "10_c"]
     with pytest.raises(ValueError, match="no lesson matches 07; the lessons are: 00_a, 01_b, 10_c"):

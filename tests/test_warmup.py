@@ -3,25 +3,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
+from notebook_factory import write_notebook
 
 from shapelab import warmup
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def notebook(path: Path, cells):
-    nb = nbformat.v4.new_notebook()
-    nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}
-    for kind, src in cells:
-        if kind == "md":
-            nb.cells.append(nbformat.v4.new_markdown_cell(src))
-        else:
-            meta = {"tags": ["parameters"]} if kind == "params" else {}
-            nb.cells.append(nbformat.v4.new_code_cell(src, metadata=meta))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, path)
-    return path
 
 
 TINY = [
@@ -35,7 +21,7 @@ TINY = [
 
 def test_warmup_fills_the_cache_and_lists_the_cold_sections(tmp_path):
     nbs, cache = tmp_path / "notebooks", tmp_path / "cache"
-    notebook(nbs / "00_tiny.ipynb", TINY)
+    write_notebook(nbs / "00_tiny.ipynb", TINY)
     result = subprocess.run([sys.executable, "-m", "shapelab.warmup", "--notebooks", str(nbs), "--cache-dir", str(cache),
                              "--scale", "ci"], capture_output=True, text=True, timeout=300)
     out = result.stdout + result.stderr
@@ -70,7 +56,7 @@ def test_library_functions_that_use_an_empty_cache_are_found(tmp_path):
 
 
 def test_fresh_sections_follow_functions_the_lesson_defines(tmp_path):
-    path = notebook(tmp_path / "03_x.ipynb", [
+    path = write_notebook(tmp_path / "03_x.ipynb", [
         ("md", "# X"), ("params", 'SCALE = "auto"'),
         ("md", "## 1. Helper"),
         ("code", "import shapelab as S\ndef cold_compile():\n    with S.isolated(fresh_inductor_cache=True):\n        return 1"),
