@@ -59,3 +59,10 @@ def test_differs_from_pin_names_both_versions(monkeypatch):
     assert compat.differs_from_pin() is None  # the pinned release is installed
     monkeypatch.setattr(torch, "__version__", "2.14.0")
     assert "2.14.0" in compat.differs_from_pin() and compat.PINNED in compat.differs_from_pin()
+
+
+def test_as_args_wraps_single_arguments_only():
+    from shapelab.observe import as_args
+
+    x = torch.ones(2)
+    assert as_args(x) == (x,) and as_args((x, 3)) == (x, 3) and as_args(5) == (5,)

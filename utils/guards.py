@@ -38,7 +38,7 @@ import torch
 from .display import Table
 from .inputs import check_shape, make_tensor
 from .isolation import isolated
-from .observe import ExperimentError, Mark, observe, short_reason
+from .observe import ExperimentError, Mark, as_args, observe, short_reason
 from .timing import Timing, time_call
 
 SOURCE_GUARD_US = (1.0, 5.0)  # the source text's "Guard evaluation ~1-5 µs per call"
@@ -406,7 +406,7 @@ def graph_shapes(fn: Callable, calls: Iterable[Any], *, dynamic: bool | None = N
     with isolated():
         compiled = torch.compile(fn, backend=keep, dynamic=dynamic)
         for args in calls:
-            compiled(*(args if isinstance(args, tuple) else (args,)))
+            compiled(*as_args(args))
     return graphs
 
 

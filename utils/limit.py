@@ -39,7 +39,7 @@ from .bucketing import bucketer
 from .checks import unanswered
 from .inputs import check_count, make_tensor
 from .isolation import isolated
-from .observe import ExperimentError, Mark, Observer, Record, short_reason
+from .observe import ExperimentError, Mark, Observer, Record, as_args, short_reason
 from .serving import ServeReport, replay
 from .timing import Timing, cpu_threads, fmt_seconds, time_call
 from .traffic import DISTRIBUTIONS, request_lengths
@@ -201,7 +201,7 @@ def compile_kwarg_counts(fn: Callable, calls: Sequence[Any], recompile_limit: in
     with quiet_dynamo_stderr(), isolated():
         compiled = torch.compile(fn, backend=backend, dynamic=False, recompile_limit=recompile_limit)
         for args in calls:
-            compiled(*(args if isinstance(args, tuple) else (args,)))
+            compiled(*as_args(args))
             counts.append(len(graphs))
     return counts
 
@@ -326,14 +326,10 @@ def detect_all(fn: Callable, calls: Sequence[Any], limit: int | None = None) -> 
     return [passive[m] if m in passive else _raising(m, fn, calls, limit) for m in DETECTORS]
 
 
-def _as_args(calls):
-    return [c if isinstance(c, tuple) else (c,) for c in calls]
-
-
 def _passive(fn: Callable, calls: Sequence[Any], limit: int | None = None) -> dict[str, Detection]:
     """One plain run watched by Python's warnings, torch's counters and a log handler; then
     the fail_on_recompile stance and two new shapes."""
-    calls = _as_args(calls)
+    calls = [as_args(c) for c in calls]
     handler = _Collect()
     dynamo_log = logging.getLogger("torch._dynamo")
     with quiet_dynamo_stderr(), Observer(fn, dynamic=False, recompile_limit=limit) as obs:
@@ -377,7 +373,7 @@ def _passive(fn: Callable, calls: Sequence[Any], limit: int | None = None) -> di
 
 def _raising(method: str, fn: Callable, calls: Sequence[Any], limit: int | None = None) -> Detection:
     """One run under a setting that should raise: the fail flag, fullgraph, or the stance after one call."""
-    calls = _as_args(calls)
+    calls = [as_args(c) for c in calls]
     policy: dict = {"dynamic": False, "recompile_limit": limit}
     if method == "fail_on_recompile_limit_hit":
         policy["config"] = {"fail_on_recompile_limit_hit": True}

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from .isolation import isolated
 from .logs import capture_logs
-from .observe import Observer, Record, short_reason
+from .observe import Observer, Record, as_args, short_reason
 
 CAPTURE_FLAGS = ("capture_dynamic_output_shape_ops", "capture_scalar_outputs")
 
@@ -169,7 +169,7 @@ def observe_run(fn: Callable, calls: Sequence[tuple], *, label: str = "", captur
     with Observer(fn, backend=backend, fullgraph=fullgraph, config=capture_config(capture)) as obs:
         logging.getLogger("torch._dynamo").setLevel(logging.ERROR)  # restored by the Observer
         for args in calls:
-            obs(*(args if isinstance(args, tuple) else (args,)))
+            obs(*as_args(args))
         skipped = _skipped_frames()
     return Run(label or getattr(fn, "__name__", "fn"), obs.record, skipped, unbacked_ranges(obs.record))
 

@@ -420,6 +420,11 @@ class Observer:
         return out
 
 
+def as_args(call: Any) -> tuple:
+    """One call's arguments as a tuple: a tuple stays as it is, any single argument is wrapped."""
+    return call if isinstance(call, tuple) else (call,)
+
+
 def observe(fn: Callable, calls: Iterable[Any], **policy) -> Record:
     """Run ``fn`` compiled under ``policy`` over ``calls`` and return the ``Record``.
 
@@ -431,5 +436,5 @@ def observe(fn: Callable, calls: Iterable[Any], **policy) -> Record:
     """
     with Observer(fn, **policy) as obs:
         for args in calls:
-            obs(*(args if isinstance(args, tuple) else (args,)))
+            obs(*as_args(args))
     return obs.record

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .bucketing import bucketer
-from .observe import Observer, Record
+from .observe import Observer, Record, as_args
 from .timing import Timing, fmt_seconds
 
 
@@ -73,11 +73,11 @@ def replay(
     with Observer(model, **policy) as obs:
         for n in warmup:
             args = make_input(pad(n))
-            obs(*(args if isinstance(args, tuple) else (args,)))
+            obs(*as_args(args))
         start = len(obs.record.calls)
         for n in lengths:
             args = make_input(pad(n))
-            obs(*(args if isinstance(args, tuple) else (args,)))
+            obs(*as_args(args))
     rec = obs.record
     return ServeReport(
         label=label or f"{strategy}, dynamic={policy.get('dynamic')}",

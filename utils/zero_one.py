@@ -18,7 +18,7 @@ import torch
 from .checks import unanswered
 from .inputs import check_count, check_shape, make_tensor, parse_sizes
 from .isolation import isolated
-from .observe import ExperimentError, Mark, Observer, Record, short_reason
+from .observe import ExperimentError, Mark, Observer, Record, as_args, short_reason
 from .timing import Timing, fmt_seconds, time_call, time_first_call
 
 HATCHES = ("off", "mark_unbacked", "backed_size_oblivious")
@@ -109,7 +109,7 @@ def observe_hatch(fn: Callable, calls: Sequence[Any], hatch: str = "off", *, mar
     the tensor object it was put on). Returns the ``Record``.
     """
     # Marks are stored on the tensor object: clone, so that the caller's tensors stay unmarked.
-    calls = [tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in (c if isinstance(c, tuple) else (c,)))
+    calls = [tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in as_args(c))
              for c in calls]
     n_tensors = sum(isinstance(a, torch.Tensor) for a in calls[0]) if calls else 1
     all_marks = list(marks) + hatch_marks(hatch, n_tensors)
@@ -180,7 +180,7 @@ def compare_hatches(fn: Callable, calls: Sequence[tuple], *, variants=HATCH_VARI
     (mark dimension 0 of every tensor argument). A variant that raises shows the error's first
     line instead of numbers. The warm call is timed on the last call's inputs.
     """
-    calls = [c if isinstance(c, tuple) else (c,) for c in calls]
+    calls = [as_args(c) for c in calls]
     n = sum(isinstance(a, torch.Tensor) for a in calls[0])
     rows = []
     for label, hatch, options in variants:
