@@ -9,8 +9,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from shapelab import bucket_stats, bucketer, request_lengths  # noqa: E402
-from shapelab import buckets_lab as B  # noqa: E402
-from shapelab.bucketing import STRATEGIES  # noqa: E402
+from shapelab.lessons import l04_buckets as B  # noqa: E402
+from shapelab.instruments.bucketing import STRATEGIES  # noqa: E402
 
 
 # --- formulas ------------------------------------------------------------------------------------

@@ -12,13 +12,13 @@ import pytest
 
 from notebook_factory import write_notebook
 
-from shapelab import fullrun
+from shapelab.tools import fullrun
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_cli(*args, timeout=400):
-    result = subprocess.run([sys.executable, "-m", "shapelab.fullrun", *args], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "shapelab.tools.fullrun", *args], capture_output=True, text=True,
                             timeout=timeout, cwd=ROOT)
     return result.returncode, result.stdout + result.stderr
 

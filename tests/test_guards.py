@@ -8,7 +8,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import shapelab as S  # noqa: E402
-from shapelab import guards as G  # noqa: E402
+from shapelab.lessons import l01_guards as G  # noqa: E402
 
 # A trimmed Inductor output module, as run_and_get_code returns it (CPU and GPU flavours).
 CPP_MODULE = '''
@@ -194,8 +194,8 @@ def test_quiet_guard_errors_restores_the_logger():
     assert (lg.level, lg.disabled) == before
 
 
-def test_fmt_shapes():
-    assert G.fmt_shapes([("s77", 3), (4,)]) == "(s77, 3), (4,)"
+def test_fmt_shape():
+    assert S.fmt_shape(("s77", 3), (4,)) == "(s77, 3), (4,)"
 
 
 def test_make_n_input_fn_and_count_guards():

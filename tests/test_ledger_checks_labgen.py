@@ -6,7 +6,7 @@ import nbformat
 import pytest
 
 from shapelab import Checker, CheckFailed, Ledger, unanswered
-from shapelab.labgen import LabMarkerError, make_lab, strip_solution
+from shapelab.labkit.labgen import LabMarkerError, make_lab, strip_solution
 
 
 def test_ledger_verdicts_replace_and_save(tmp_path, monkeypatch):
@@ -81,7 +81,7 @@ def test_labgen_check_flags_drift(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(SOLUTION)]
     nbformat.write(nb, tmp_path / "solutions" / "01_x_lab.ipynb")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "shapelab.labgen", "--root", str(tmp_path), *a],  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "shapelab.labkit.labgen", "--root", str(tmp_path), *a],  # noqa: E731
                                     capture_output=True, text=True)
     assert run("--check").returncode == 1
     assert run().returncode == 0 and run("--check").returncode == 0

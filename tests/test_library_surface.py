@@ -8,12 +8,12 @@ import torch
 
 import shapelab
 from shapelab import Table, batches, compat, html_table, observe, text_table
-from shapelab.serving import compare_policies, policy_presets
+from shapelab.instruments.serving import compare_policies, policy_presets
 
 
 def _public_objects():
-    for info in pkgutil.iter_modules(shapelab.__path__):
-        module = importlib.import_module(f"shapelab.{info.name}")
+    for info in pkgutil.walk_packages(shapelab.__path__, "shapelab."):
+        module = importlib.import_module(info.name)
         for name, obj in vars(module).items():
             if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
                 continue
@@ -62,7 +62,7 @@ def test_differs_from_pin_names_both_versions(monkeypatch):
 
 
 def test_as_args_wraps_single_arguments_only():
-    from shapelab.observe import as_args
+    from shapelab.instruments.observe import as_args
 
     x = torch.ones(2)
     assert as_args(x) == (x,) and as_args((x, 3)) == (x, 3) and as_args(5) == (5,)

@@ -8,7 +8,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import shapelab as S  # noqa: E402
-from shapelab import limit as L  # noqa: E402
+from shapelab.lessons import l03_limit as L  # noqa: E402
 
 SHAPES = [torch.ones(n) for n in range(2, 14)]
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import shapelab as S
-from shapelab import moe as M
+from shapelab.lessons import l05_data_dependent as M
 
 THRESHOLD = 0.5
 

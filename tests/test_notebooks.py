@@ -54,7 +54,7 @@ def test_stored_clean_with_a_parameters_cell(path):
 
 
 def test_labs_are_generated_from_solutions():
-    result = subprocess.run([sys.executable, "-m", "shapelab.labgen", "--root", str(ROOT), "--check"],
+    result = subprocess.run([sys.executable, "-m", "shapelab.labkit.labgen", "--root", str(ROOT), "--check"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert [p.name for p in LABS] == [p.name for p in SOLUTIONS]

@@ -127,3 +127,28 @@ def test_observer_requires_with_block():
 def test_python_int_argument_recompiles_per_value_under_static_policy():
     rec = observe(lambda x, n: x * n, [(torch.ones(3), n) for n in (2, 3, 4)], dynamic=False)
     assert rec.counts == [1, 2, 3]
+
+
+def test_recompile_lists_every_cached_graphs_failed_guard_and_names_the_dynamic_graphs_as_cause():
+    # Three graphs cached: static (8, 16), dynamic (s, 16), batch 1. Then (8, 32): Dynamo checks the
+    # batch-1 graph first (its compile metrics keep only that failure), but what forced the compile is
+    # the width guard of the dynamic graph.
+    rec = observe(lambda x: x * 2, [torch.ones(8, 16), torch.ones(4, 16), torch.ones(1, 16), torch.ones(8, 32)])
+    assert rec.counts == [1, 2, 3, 4]
+    last = rec.compiles[-1]
+    assert [f.split(":")[0] for f in last.failures] == ["0/2", "0/1", "0/0"]
+    assert "expected 1, actual 8" in last.failures[0]
+    assert last.reason.startswith("0/1:") and "index 1. expected 16, actual 32" in last.reason
+    assert last.failed_guards[1].startswith("graph 0/1: ")
+    assert "expected 16, actual 32" in rec.rows()[-1]["reason"]
+
+
+def test_reveal_compares_and_never_stops_an_empty_prediction(capsys):
+    from shapelab import reveal
+
+    assert reveal(..., 3, "graphs") is None
+    assert reveal(3, 3, "graphs") is True
+    assert reveal([1, 2], (1, 3)) is False
+    assert reveal(" Dynamic ", "dynamic") is True
+    out = capsys.readouterr().out
+    assert "No prediction written" in out and "not what you predicted" in out

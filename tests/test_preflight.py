@@ -1,7 +1,7 @@
 """The pre-flight check: passes here; names the failing row and its fix, with no traceback, when
 PyTorch is missing, broken or too old, or when no C++ compiler can be found.
 
-The failure cases run ``python -m shapelab.preflight`` in a subprocess whose environment breaks
+The failure cases run ``python -m shapelab.tools.preflight`` in a subprocess whose environment breaks
 one thing: a fake ``torch`` package first on PYTHONPATH, a PATH with no g++ on it, or CXX
 pointed at a binary that does not exist (Inductor reads CXX, else "g++" from the PATH, and runs
 ``<cxx> --version``: either change makes it raise ``InvalidCxxCompiler``).
@@ -12,7 +12,8 @@ import sys
 
 import torch
 
-from shapelab import compat, preflight
+from shapelab import compat
+from shapelab.tools import preflight
 
 
 def run_preflight(*args, env_changes=None, drop=(), cwd=None):
@@ -20,7 +21,7 @@ def run_preflight(*args, env_changes=None, drop=(), cwd=None):
     for key in drop:
         env.pop(key, None)
     env.update(env_changes or {})
-    result = subprocess.run([sys.executable, "-m", "shapelab.preflight", *args], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "shapelab.tools.preflight", *args], capture_output=True, text=True,
                             env=env, cwd=cwd, timeout=240)
     return result.returncode, result.stdout + result.stderr
 

@@ -3,8 +3,8 @@ import time
 import pytest
 import torch
 
-from shapelab import Timing, batches, check_count, check_shape, cpu_threads, fmt_seconds, make_tensor, parse_sizes, pick_device, time_call, time_first_call
-from shapelab.device import device_note
+from shapelab import Timing, batches, validate_count, validate_shape, cpu_threads, fmt_seconds, make_tensor, parse_sizes, pick_device, time_call, time_first_call
+from shapelab.instruments.device import device_note
 
 
 def test_timing_reports_median_and_iqr():
@@ -47,7 +47,7 @@ def test_device_choice_and_missing_gpu(capsys):
 
 
 def test_shapes_are_validated():
-    assert check_shape((4, 0)) == (4, 0)
+    assert validate_shape((4, 0)) == (4, 0)
     with pytest.raises(ValueError, match="negative"):
         make_tensor((-1, 3))
     with pytest.raises(TypeError, match="must be an int"):
@@ -82,8 +82,8 @@ def test_cpu_threads_pins_and_restores():
 
 
 def test_check_count():
-    assert check_count("k", 3) == 3 and check_count("n", 2, low=2) == 2
+    assert validate_count("k", 3) == 3 and validate_count("n", 2, low=2) == 2
     with pytest.raises(TypeError, match="k must be a whole number"):
-        check_count("k", 2.0)
+        validate_count("k", 2.0)
     with pytest.raises(ValueError, match="n must be at least 2"):
-        check_count("n", 1, low=2)
+        validate_count("n", 1, low=2)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from notebook_factory import write_notebook
 
-from shapelab import warmup
+from shapelab.tools import warmup
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,7 @@ TINY = [
 def test_warmup_fills_the_cache_and_lists_the_cold_sections(tmp_path):
     nbs, cache = tmp_path / "notebooks", tmp_path / "cache"
     write_notebook(nbs / "00_tiny.ipynb", TINY)
-    result = subprocess.run([sys.executable, "-m", "shapelab.warmup", "--notebooks", str(nbs), "--cache-dir", str(cache),
+    result = subprocess.run([sys.executable, "-m", "shapelab.tools.warmup", "--notebooks", str(nbs), "--cache-dir", str(cache),
                              "--scale", "ci"], capture_output=True, text=True, timeout=300)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
@@ -34,7 +34,7 @@ def test_warmup_fills_the_cache_and_lists_the_cold_sections(tmp_path):
 
 
 def test_lists_lesson_00s_cold_compile_without_running_anything():
-    result = subprocess.run([sys.executable, "-m", "shapelab.warmup", "--list", "--only", "00"],
+    result = subprocess.run([sys.executable, "-m", "shapelab.tools.warmup", "--list", "--only", "00"],
                             capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert "00_orientation" in result.stdout and "inductor_check" in result.stdout

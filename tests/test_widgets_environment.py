@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from shapelab import batches, inductor_check, observe, parse_sizes, setup  # noqa: E402
-from shapelab.widgets import BUSY, DONE, LabBench, dropdown, int_slider, record_panes, text, to_html  # noqa: E402
+from shapelab.labkit.widgets import BUSY, DONE, LabBench, dropdown, int_slider, record_panes, text, to_html  # noqa: E402
 
 
 def _bench():

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import shapelab as S
-from shapelab import zero_one as Z
-from shapelab.timing import Timing
+from shapelab.lessons import l02_zero_one as Z
+from shapelab.instruments.timing import Timing
 
 
 def scale_rows(x, w):

@@ -1,8 +1,8 @@
 """Pre-flight check: can this machine run the course? One command, one short table, one verdict.
 
-    python -m shapelab.preflight                  # everything, including one timed Inductor compile
-    python -m shapelab.preflight --skip-compile   # the quick rows only
-    python -m shapelab.preflight --device cuda    # a GPU room: fail when no GPU is visible
+    python -m shapelab.tools.preflight                  # everything, including one timed Inductor compile
+    python -m shapelab.tools.preflight --skip-compile   # the quick rows only
+    python -m shapelab.tools.preflight --device cuda    # a GPU room: fail when no GPU is visible
 
 Rows: Python and PyTorch against the supported range, the device, the compiler Inductor needs
 (a C++ compiler on a CPU, Triton on a GPU), the time of one Inductor compile from an empty
@@ -10,7 +10,7 @@ cache, JupyterLab, and the widget front end. Every failing row comes with its fi
 status is 0 when the machine is ready, 1 when it is not, 2 for a bad option.
 
 It never shows a traceback: PyTorch is imported lazily, inside a ``try``, so a machine with no
-PyTorch, or one too old, gets a row that says so. (If ``python -m shapelab.preflight`` cannot
+PyTorch, or one too old, gets a row that says so. (If ``python -m shapelab.tools.preflight`` cannot
 even start, ``python utils/preflight.py`` runs the same checks as a plain script.)
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Row:
 def course_range() -> tuple[str, tuple, tuple]:
     """``(PINNED, low, high)`` from shapelab.compat, read from its source so it works without torch."""
     try:
-        text = (Path(__file__).resolve().parent / "compat.py").read_text()
+        text = (Path(__file__).resolve().parents[1] / "instruments" / "compat.py").read_text()
         values = {}
         for node in ast.parse(text).body:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -171,7 +171,7 @@ def check_triton() -> Row:
 def check_compile(torch, device: str) -> Row:
     """Time one Inductor compile from an empty cache (shapelab.environment.inductor_check)."""
     try:
-        from shapelab.environment import inductor_check
+        from shapelab.instruments.environment import inductor_check
 
         result = inductor_check(device)
     except Exception as e:
@@ -182,7 +182,7 @@ def check_compile(torch, device: str) -> Row:
     found = f"{result.seconds:.1f} s for one small kernel, empty cache"
     if result.seconds > SLOW_COMPILE_S:
         return Row("Inductor compile", WARN, found + " (slow)",
-                   "a room will wait on every compile: run python -m shapelab.warmup before the session")
+                   "a room will wait on every compile: run python -m shapelab.tools.warmup before the session")
     return Row("Inductor compile", OK, found)
 
 
@@ -275,7 +275,7 @@ def verdict(rows: Sequence[Row]) -> tuple[bool, str]:
     warned = [r for r in rows if r.status == WARN]
     lines = []
     if failed:
-        lines.append("Verdict: NOT READY. Fix these, then run `python -m shapelab.preflight` again:")
+        lines.append("Verdict: NOT READY. Fix these, then run `python -m shapelab.tools.preflight` again:")
         lines += [f"  - {r.check}: {r.found}\n    fix: {r.fix}" for r in failed]
     else:
         lines.append("Verdict: READY. This machine can run the course.")
@@ -286,7 +286,7 @@ def verdict(rows: Sequence[Row]) -> tuple[bool, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the table and the verdict; 0 when ready, 1 when not. Never a traceback (``--debug`` shows one)."""
-    parser = argparse.ArgumentParser(prog="python -m shapelab.preflight",
+    parser = argparse.ArgumentParser(prog="python -m shapelab.tools.preflight",
                                      description="Check that this machine can run the course, with the fix for each failure.")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="'cuda' for a GPU room: fail if no GPU is visible (default: auto)")

@@ -15,11 +15,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from .checks import unanswered
-from .inputs import check_count, check_shape, make_tensor, parse_sizes
-from .isolation import isolated
-from .observe import ExperimentError, Mark, Observer, Record, as_args, short_reason
-from .timing import Timing, fmt_seconds, time_call, time_first_call
+from ..labkit.checks import unanswered
+from ..instruments.inputs import validate_count, validate_shape, make_tensor, parse_sizes
+from ..instruments.isolation import isolated
+from ..instruments.observe import ExperimentError, Mark, Observer, Record, as_args, short_reason
+from ..instruments.timing import Timing, fmt_seconds, time_call, time_first_call
 
 HATCHES = ("off", "mark_unbacked", "backed_size_oblivious")
 
@@ -64,7 +64,7 @@ def broadcast_cases(sizes: Sequence[int] = (0, 1, 2, 8), other: int = 8) -> list
     """The shape of ``(4, s) + (4, other)`` for each ``s``: it depends on whether ``s`` is 1."""
     rows = []
     for s in sizes:
-        check_shape((4, s))
+        validate_shape((4, s))
         result = _outcome(lambda: torch.ones(4, s) + torch.ones(4, other))
         rows.append({"s": s, f"(4, s) + (4, {other})": result})
     return rows
@@ -292,7 +292,7 @@ def serve_bite(model: torch.nn.Module, *, width: int, warm_batch: int = 8, probe
     sizes: under duck sizing, equal sizes share one symbol and a new batch would recompile.
     """
     for b in (warm_batch, *probes):
-        check_shape((b, width))
+        validate_shape((b, width))
     x = lambda b: make_tensor((b, width), device=device, seed=b)  # noqa: E731
     with isolated(), torch.no_grad():
         _set_threads(threads)
@@ -301,7 +301,7 @@ def serve_bite(model: torch.nn.Module, *, width: int, warm_batch: int = 8, probe
 
 def _set_threads(threads: int | None) -> None:
     if threads is not None:
-        torch.set_num_threads(check_count("threads", threads))
+        torch.set_num_threads(validate_count("threads", threads))
 
 
 def _serve_bite(model, x, warm_batch, probes, backend, dynamic, repeats, device) -> Bite:
@@ -326,12 +326,12 @@ class _Panel:
         self.text, self.rows = text, rows
 
     def _repr_html_(self) -> str:
-        from .display import html_table
+        from ..instruments.display import html_table
 
         return f"<p style='margin:2px 0'>{html.escape(self.text)}</p>" + html_table(self.rows)
 
     def __str__(self) -> str:
-        from .display import text_table
+        from ..instruments.display import text_table
 
         return self.text + "\n" + text_table(self.rows)
 
@@ -347,7 +347,7 @@ def run_bench(warmup: str = "8, 16", batch: int = 1, policy: bool | None = None,
     (each call's time, the first request of ``batch`` against the warm ones) and "shapes".
     ``threads`` as in ``serve_bite``. Bad sizes raise ``ValueError`` with a message the bench shows.
     """
-    from .widgets import record_panes
+    from ..labkit.widgets import record_panes
 
     sizes = parse_sizes(warmup) if str(warmup).strip() else []
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
@@ -376,7 +376,7 @@ def run_bench(warmup: str = "8, 16", batch: int = 1, policy: bool | None = None,
 
 def build_bench(warmup: str = "8, 16", batch: int = 1, backend: str = "eager", width: int = 16):
     """The lesson's lab bench: warm-up batches, a batch slider (0 to 64), policy, escape hatch."""
-    from .widgets import LabBench, dropdown, int_slider, text
+    from ..labkit.widgets import LabBench, dropdown, int_slider, text
 
     def run(warmup, batch, policy, hatch, backend):
         return run_bench(warmup, batch, policy, hatch, backend, width=width)
@@ -474,7 +474,7 @@ def check_warmup(warmup_sizes, fn: Callable, *, width: int, stream: Sequence[int
     try:
         sizes = [int(s) for s in warmup_sizes]
         for s in sizes:
-            check_shape((s, width))
+            validate_shape((s, width))
     except (TypeError, ValueError) as e:
         return False, f"`warmup_sizes` should be a list of batch sizes >= 0: {e}"
     if not stream:

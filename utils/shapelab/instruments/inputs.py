@@ -11,7 +11,7 @@ import torch
 _MEMORY_SHARE = 0.25
 
 
-def check_count(name: str, value, low: int = 1) -> int:
+def validate_count(name: str, value, low: int = 1) -> int:
     """Return ``value`` if it is a whole number >= ``low``; otherwise raise, naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be a whole number, got {value!r} ({type(value).__name__})")
@@ -20,7 +20,7 @@ def check_count(name: str, value, low: int = 1) -> int:
     return value
 
 
-def check_shape(shape: Sequence[int]) -> tuple[int, ...]:
+def validate_shape(shape: Sequence[int]) -> tuple[int, ...]:
     """Return ``shape`` as a tuple of ints, or raise ValueError/TypeError saying what is wrong.
 
     Sizes of 0 are allowed (they are part of the lesson); negative or non-integer sizes are not.
@@ -51,7 +51,7 @@ def _free_bytes(device: torch.device) -> int:
 
 def make_tensor(shape: Sequence[int], *, device="cpu", dtype=torch.float32, seed: int | None = 0) -> torch.Tensor:
     """A random tensor of ``shape``; a shape too big for memory raises MemoryError before allocating."""
-    dims = check_shape(shape)
+    dims = validate_shape(shape)
     device = torch.device(device)
     nbytes = math.prod(dims) * torch.empty((), dtype=dtype).element_size()
     budget = _free_bytes(device) * _MEMORY_SHARE
@@ -87,5 +87,5 @@ def parse_sizes(text: str) -> list[int]:
         except ValueError:
             raise ValueError(f"{p!r} is not a whole number; type sizes like 4, 8, 16, 1") from None
     for s in sizes:
-        check_shape((s,))
+        validate_shape((s,))
     return sizes

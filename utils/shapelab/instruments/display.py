@@ -30,6 +30,11 @@ def text_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> st
     return "\n".join(lines)
 
 
+def fmt_shape(*shapes: tuple) -> str:
+    """Shapes as Dynamo shows them: ``fmt_shape((4, 3))`` is ``(4, 3)``; several are joined by commas."""
+    return ", ".join("(" + ", ".join(str(d) for d in s) + ("," if len(s) == 1 else "") + ")" for s in shapes)
+
+
 def _cell(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"

@@ -5,8 +5,10 @@ also writes the sentence that tells the learner what changed.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
+from typing import Callable
 
 import torch
 
@@ -149,3 +151,36 @@ def size_one_dynamic_note() -> str:
 _note = check_supported()
 if _note:
     warnings.warn(_note, stacklevel=2)
+
+
+# --- every failed guard of a recompile ---------------------------------------------------------
+
+@contextlib.contextmanager
+def recompile_failures(record: Callable[[str, list[str]], None]):
+    """Call ``record(new_compile_id, reasons)`` for each recompile, with every cache entry's failure.
+
+    Dynamo checks a frame's cached graphs newest first and lists one failed guard per graph
+    (``"0/1: tensor 'x' size mismatch at index 1. expected 16, actual 32"``); that list is what
+    ``TORCH_LOGS=recompiles`` prints, but its compile metrics keep only the first. 2.11-2.14 compute
+    it in ``convert_frame.get_and_maybe_log_recompilation_reasons``, inside the new compile's context.
+    A release without that function yields without recording (the metrics' first reason remains).
+    """
+    from torch._dynamo import convert_frame
+
+    original = getattr(convert_frame, "get_and_maybe_log_recompilation_reasons", None)
+    if original is None:
+        yield
+        return
+
+    def wrapper(*args, **kwargs):
+        reasons = original(*args, **kwargs)
+        compile_id = torch._guards.CompileContext.current_compile_id()
+        if compile_id is not None and not kwargs.get("skip_logging"):
+            record(str(compile_id), list(reasons))
+        return reasons
+
+    convert_frame.get_and_maybe_log_recompilation_reasons = wrapper
+    try:
+        yield
+    finally:
+        convert_frame.get_and_maybe_log_recompilation_reasons = original

@@ -14,8 +14,8 @@ from typing import Any, Callable, Sequence
 
 import ipywidgets as W
 
-from .display import html_table
-from .observe import Record, short_reason
+from ..instruments.display import html_table
+from ..instruments.observe import Record, short_reason
 
 BUSY = "⏳ running… (a compile can take a few seconds)"
 DONE = "✅ done"

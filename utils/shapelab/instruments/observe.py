@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from . import compat
+from .display import fmt_shape
 from .isolation import isolated
 from .logs import capture_logs
 
@@ -84,8 +85,9 @@ class CompileEvent:
     call: int  # index of the call that caused it
     compile_id: str  # Dynamo's "frame/attempt", e.g. "0/1"
     shapes: list[tuple]  # tensor inputs as Dynamo saw them: ints and symbol names
-    reason: str | None  # the guard that failed (None for a frame's first compile)
+    reason: str | None  # the failed guard chosen as the cause (see ``cause_of``); None for a first compile
     guards: list[str] = field(default_factory=list)  # size guards installed
+    failures: list[str] = field(default_factory=list)  # every cached graph's failed guard, newest graph first
     symbols: dict[str, str] = field(default_factory=dict)  # symbol -> where it comes from
     ranges: dict[str, str] = field(default_factory=dict)  # symbol -> value range
 
@@ -93,6 +95,25 @@ class CompileEvent:
     def dynamic(self) -> bool:
         """Whether any input dimension of this graph is symbolic."""
         return any(isinstance(d, str) for s in self.shapes for d in s)
+
+    @property
+    def failed_guards(self) -> list[str]:
+        """``graph 0/1: <guard>`` for each cached graph this call failed, in the order Dynamo checked them."""
+        return [f"graph {short_reason(f, keep_id=True)}" for f in self.failures]
+
+
+def cause_of(failures: Sequence[str], dynamic_ids: set[str]) -> str | None:
+    """Which failed guard to call the cause of a recompile.
+
+    Dynamo checks the cached graphs newest first and its compile metrics keep the first failure,
+    which is often a specialised graph (batch 1) that the call was never going to use. The cause
+    we name is the failure of the newest *dynamic* graph, the one that would have served the call
+    had the guard held; with no dynamic graph cached, it is the newest graph's failure.
+    """
+    for f in failures:
+        if f.split(":", 1)[0].strip() in dynamic_ids:
+            return f
+    return failures[0] if failures else None
 
 
 @dataclass
@@ -162,11 +183,11 @@ class Record:
             rows.append(
                 {
                     "call": c.index,
-                    "input": ", ".join(_fmt_shape(s) for s in c.shapes),
+                    "input": fmt_shape(*c.shapes),
                     "compiles": c.compiles,
-                    "seen as": "; ".join(", ".join(_fmt_shape(s) for s in e.shapes) for e in evs),
+                    "seen as": "; ".join(fmt_shape(*e.shapes) for e in evs),
                     "ran": "eager (limit hit)" if c.fell_back else ("eager" if c.eager else "compiled"),
-                    "reason": "; ".join(short_reason(e.reason) for e in evs if e.reason),
+                    "reason": "; ".join(short_reason(e.reason, keep_id=True) for e in evs if e.reason),
                 }
             )
         return rows
@@ -188,15 +209,12 @@ class Record:
         return f"<p>{self.summary()}</p>" + html_table(self.rows())
 
 
-def _fmt_shape(shape: tuple) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
-def short_reason(reason: str | None, width: int = 160) -> str:
-    """A recompile reason without the long 0/1 explanation torch appends."""
+def short_reason(reason: str | None, width: int = 160, keep_id: bool = False) -> str:
+    """A recompile reason without the long 0/1 explanation torch appends (and without its graph id
+    ``0/1:`` unless ``keep_id``)."""
     if not reason:
         return ""
-    text = re.sub(r"^\d+/\d+: ", "", reason.strip())
+    text = reason.strip() if keep_id else re.sub(r"^\d+/\d+: ", "", reason.strip())
     text = text.split("  #")[0].strip()
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -359,6 +377,8 @@ class Observer:
 
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(isolated(fresh_inductor_cache=self.fresh_inductor_cache, config=self.config))
+        self._failures: dict[str, list[str]] = {}
+        self._stack.enter_context(compat.recompile_failures(self._failures.__setitem__))
         self._logs = self._stack.enter_context(capture_logs())
         self.compiled = torch.compile(
             self.fn, backend=self._backend, dynamic=self.record.dynamic, fullgraph=self.fullgraph
@@ -376,8 +396,10 @@ class Observer:
         rec = self.record
         reasons = _recompile_reasons()
         guards = _guard_lines(_code_of(self.fn))
+        dynamic_ids = {e.compile_id for e in rec.compiles if e.dynamic}
         for e in rec.compiles:
-            e.reason = reasons.get(e.compile_id)
+            e.failures = self._failures.get(e.compile_id) or ([reasons[e.compile_id]] if e.compile_id in reasons else [])
+            e.reason = cause_of(e.failures, dynamic_ids)
             e.guards = guards.get(e.compile_id, [])
         rec.graph_breaks = dict(torch._dynamo.utils.counters["graph_break"])
         rec.warnings = self._logs.lines("warning")
@@ -397,7 +419,7 @@ class Observer:
             _sync(args)
         except Exception as e:
             raise ExperimentError(
-                f"call {self._call_index} with input shape(s) {', '.join(map(_fmt_shape, shapes)) or 'none'} "
+                f"call {self._call_index} with input shape(s) {fmt_shape(*shapes) or 'none'} "
                 f"raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
                 e,
             ) from e

@@ -5,8 +5,8 @@ are the answer. In the lab they become the region's stub: its ``# STUB: <code>``
 uncommented at the same indentation (``...`` if it has none), under a ``# YOUR ANSWER HERE``
 line. Markdown cells tagged ``solution`` are left out of the lab.
 
-    python -m shapelab.labgen            # write labs/ from solutions/
-    python -m shapelab.labgen --check    # exit 1 if labs/ is not what solutions/ make
+    python -m shapelab.labkit.labgen            # write labs/ from solutions/
+    python -m shapelab.labkit.labgen --check    # exit 1 if labs/ is not what solutions/ make
 """
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = [str(p) for p in sorted(labs.glob("*.ipynb")) if p.name not in expected_names]
     if args.check and (stale or extra):
         for p in stale:
-            print(f"out of date: {p} (run: python -m shapelab.labgen)")
+            print(f"out of date: {p} (run: python -m shapelab.labkit.labgen)")
         for p in extra:
             print(f"no solution for: {p}")
         return 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 import platform
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -47,14 +48,41 @@ def inductor_check(device: torch.device | str = "cpu") -> InductorCheck:
         return InductorCheck(False, 0.0, f"Inductor could not compile here ({first}); {fix}")
 
 
-def setup(device: str = "auto", check_inductor: bool = False) -> torch.device:
-    """Print the environment a lesson runs in and return the device to use."""
+SCALES = ("auto", "ci", "full")
+
+
+class Setup(NamedTuple):
+    """What a lesson runs with: ``device, scale, backend = S.setup(DEVICE, SCALE)``."""
+
+    device: torch.device
+    scale: str  # "ci" (small, cheap backend) or "full" (bigger, Inductor)
+    backend: str  # the backend that counts compiles at this scale
+
+
+def setup(device: str = "auto", scale: str = "auto", backend: str = "auto",
+          check_inductor: bool = False) -> Setup:
+    """Print the environment a lesson runs in; return its device, scale and backend.
+
+    ``scale="auto"`` is "full" on a GPU and "ci" on a CPU; ``backend="auto"`` is Inductor at
+    full scale and ``aot_eager`` (cheap, same counts) at ci scale.
+    """
+    if scale not in SCALES:
+        raise ValueError(f"SCALE must be one of {', '.join(map(repr, SCALES))}, got {scale!r}")
+    from .observe import BACKENDS
+
+    if backend != "auto" and backend not in BACKENDS:
+        raise ValueError(f"BACKEND must be 'auto' or one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     dev = pick_device(device)
-    print(f"PyTorch {torch.__version__} | Python {platform.python_version()} | device: {dev}")
+    if scale == "auto":
+        scale = "full" if dev.type == "cuda" else "ci"
+    if backend == "auto":
+        backend = "inductor" if scale == "full" else "aot_eager"
+    print(f"PyTorch {torch.__version__} | Python {platform.python_version()} | device: {dev} | "
+          f"scale: {scale} | backend: {backend}")
     print(device_note(dev))
     for line in (compat.differs_from_pin(), compat.check_supported()):
         if line:
             print("Note:", line)
     if check_inductor:
         print(inductor_check(dev).message)
-    return dev
+    return Setup(dev, scale, backend)

@@ -35,11 +35,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from .display import Table
-from .inputs import check_shape, make_tensor
-from .isolation import isolated
-from .observe import ExperimentError, Mark, as_args, observe, short_reason
-from .timing import Timing, time_call
+from ..instruments.display import Table, fmt_shape
+from ..instruments.inputs import validate_shape, make_tensor
+from ..instruments.isolation import isolated
+from ..instruments.observe import ExperimentError, Mark, as_args, observe, short_reason
+from ..instruments.timing import Timing, time_call
 
 SOURCE_GUARD_US = (1.0, 5.0)  # the source text's "Guard evaluation ~1-5 µs per call"
 
@@ -330,7 +330,7 @@ def inductor_kernels(fn: Callable = chain, sizes: Sequence[int] = (1024,), *, de
     if not sizes:
         raise ValueError("give at least one length")
     for n in sizes:
-        check_shape((n,))
+        validate_shape((n,))
         if n < 2:
             raise ValueError(f"length {n}: use lengths of 2 or more (0 and 1 are always specialised)")
     device = torch.device(device)
@@ -469,11 +469,6 @@ def quiet_guard_errors():
         lg.disabled = disabled
 
 
-def fmt_shapes(shapes: Sequence[tuple]) -> str:
-    """``[('s77', 3)]`` -> ``(s77, 3)``: shapes as Dynamo saw them, without Python's quotes."""
-    return ", ".join("(" + ", ".join(str(d) for d in s) + ("," if len(s) == 1 else "") + ")" for s in shapes)
-
-
 def knob_policies(max_size: int = 32) -> dict[str, dict]:
     """The source's knobs table as ``observe`` keyword sets, in the table's order."""
     return {
@@ -494,7 +489,7 @@ def run_policy(fn: Callable, sizes: Sequence[int], features: int, **policy) -> d
     Never raises for torch's errors: a call that raises becomes the row's "error" text, with
     the counts up to that call.
     """
-    from .inputs import batches
+    from ..instruments.inputs import batches
 
     xs = batches(sizes, features)
     with quiet_guard_errors():
@@ -509,7 +504,7 @@ def run_policy(fn: Callable, sizes: Sequence[int], features: int, **policy) -> d
     return {
         "counts": rec.counts,
         "graphs": rec.count,
-        "seen as": "; ".join(fmt_shapes(e.shapes) for e in rec.compiles),
+        "seen as": "; ".join(fmt_shape(*e.shapes) for e in rec.compiles),
         "error": "",
     }
 
@@ -653,7 +648,7 @@ def other_triggers() -> Table:
     first input) and a Python int argument. Every run is isolated: thread count and grad mode
     are restored afterwards.
     """
-    from .observe import Observer
+    from ..instruments.observe import Observer
 
     x = make_tensor((4, 3))
     rows = Table()
@@ -711,7 +706,7 @@ def rerun_without_reset(fn: Callable, sizes: Sequence[int] = (4, 8), features: i
     Then once more after ``torch.compiler.reset()``. Rows: which run, compile counts after each
     call, and whether the first compile of that run was already dynamic.
     """
-    from .inputs import batches
+    from ..instruments.inputs import batches
 
     xs = batches(sizes, features)
     rows = Table()
@@ -822,7 +817,7 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
             b, f = (int(d) for d in dims)
         except ValueError:
             raise ValueError(f"{part!r}: sizes must be whole numbers, like 4x16") from None
-        check_shape((b, f))
+        validate_shape((b, f))
         shapes.append((b, f))
     return shapes
 
@@ -837,9 +832,9 @@ def run_bench(history: str = "4x16, 8x16", batch: int = 16, features: int = 16, 
     Returns the panes: compiles, reasons (the guard that failed), guards (in force for the last
     graph), shapes (as Dynamo saw them), and "last call" (did the new shape reuse a graph?).
     """
-    from .widgets import record_panes
+    from ..labkit.widgets import record_panes
 
-    shapes = parse_shapes(history) + [tuple(check_shape((batch, features)))]
+    shapes = parse_shapes(history) + [tuple(validate_shape((batch, features)))]
     marks = [Mark(d, kind) for d, kind in ((0, mark_dim0), (1, mark_dim1)) if kind != "none"]
     for kind in (mark_dim0, mark_dim1):
         if kind not in MARK_CHOICES:
@@ -851,18 +846,18 @@ def run_bench(history: str = "4x16, 8x16", batch: int = 16, features: int = 16, 
     last = rec.calls[-1]
     if last.new_compiles:
         e = rec.compiles[-1]
-        verdict = (f"{shapes[-1]} compiled a new graph (#{e.number}), seen as {fmt_shapes(e.shapes)}"
+        verdict = (f"{shapes[-1]} compiled a new graph (#{e.number}), seen as {fmt_shape(*e.shapes)}"
                    + (f"\nbecause: {short_reason(e.reason)}" if e.reason else ""))
     else:
         verdict = f"{shapes[-1]} reused a compiled graph: no compile"
     panes["last call"] = verdict
-    panes["shapes"] = [f"#{e.number}: {fmt_shapes(e.shapes)}" for e in rec.compiles] or "(nothing compiled)"
+    panes["shapes"] = [f"#{e.number}: {fmt_shape(*e.shapes)}" for e in rec.compiles] or "(nothing compiled)"
     return panes
 
 
 def build_bench(history: str = "4x16, 8x16", batch: int = 16, features: int = 16):
     """The lesson's lab bench: a slider per dimension, policy, a mark per dimension, backend."""
-    from .widgets import LabBench, dropdown, int_slider, text
+    from ..labkit.widgets import LabBench, dropdown, int_slider, text
 
     controls = {
         "history": text("shapes seen before", history),
@@ -898,7 +893,7 @@ def compare_prediction(predicted: dict, measured: dict, hints: dict | None = Non
 
     It says "too high" or "too low" and gives the hint for that row, not the answer.
     """
-    from .checks import unanswered
+    from ..labkit.checks import unanswered
 
     if unanswered(predicted) or not isinstance(predicted, dict):
         return False, "no prediction yet: fill in the dict with one whole number per policy"

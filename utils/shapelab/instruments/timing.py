@@ -75,10 +75,10 @@ def cpu_threads(n: int | None) -> Iterator[None]:
     if n is None:
         yield
         return
-    from .inputs import check_count
+    from .inputs import validate_count
 
     before = torch.get_num_threads()
-    torch.set_num_threads(check_count("threads", n))
+    torch.set_num_threads(validate_count("threads", n))
     try:
         yield
     finally:

@@ -1,9 +1,9 @@
 """Warm-up for a live session: fill Inductor's on-disk caches so a room does not wait on the same
 compile twenty times.
 
-    python -m shapelab.warmup                          # every lesson once, at the lessons' default SCALE="auto"
-    python -m shapelab.warmup --scale full --only 00   # what an instructor will run on the projector
-    python -m shapelab.warmup --list                   # only list the sections that stay cold on purpose
+    python -m shapelab.tools.warmup                          # every lesson once, at the lessons' default SCALE="auto"
+    python -m shapelab.tools.warmup --scale full --only 00   # what an instructor will run on the projector
+    python -m shapelab.tools.warmup --list                   # only list the sections that stay cold on purpose
 
 It executes each lesson once, headless (papermill; the executed copies are thrown away and no
 claims ledger is saved), with ``TORCHINDUCTOR_CACHE_DIR`` set to the cache the learners' kernels
@@ -92,10 +92,10 @@ def library_fresh_functions(package_dir: str | os.PathLike | None = None) -> set
     graph no on-disk cache has seen, or that calls such a function. Functions that merely offer
     the option (a ``fresh_inductor_cache`` parameter, like ``isolated``) are not included.
     """
-    folder = Path(package_dir) if package_dir else Path(__file__).resolve().parent
+    folder = Path(package_dir) if package_dir else Path(__file__).resolve().parents[1]
     funcs = []  # (name, node, params)
-    for path in sorted(folder.glob("*.py")):
-        if path.name in ("warmup.py", "preflight.py", "fullrun.py"):
+    for path in sorted(folder.rglob("*.py")):
+        if path.parent.name == "tools":
             continue
         try:
             tree = ast.parse(path.read_text())
@@ -258,7 +258,7 @@ def warm(lessons: Sequence[Path], *, scale: str = "auto", cache_dir: str | os.Pa
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Warm the cache for the chosen lessons and say which sections stay cold; 0 when every lesson ran."""
-    p = argparse.ArgumentParser(prog="python -m shapelab.warmup",
+    p = argparse.ArgumentParser(prog="python -m shapelab.tools.warmup",
                                 description="Pre-populate Inductor's on-disk caches by running each lesson once.")
     p.add_argument("--scale", choices=("auto", "ci", "full"), default="auto",
                    help="the SCALE the room will run (default: auto, the lessons' own default)")

@@ -23,12 +23,12 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from . import compat
-from .bucketing import STRATEGIES, bucket_stats, bucketer, formula_compiles
-from .inputs import check_count
-from .observe import Mark, Observer, Record
-from .timing import Timing, cpu_threads, fmt_seconds, time_call
-from .traffic import request_lengths
+from ..instruments import compat
+from ..instruments.bucketing import STRATEGIES, bucket_stats, bucketer, formula_compiles
+from ..instruments.inputs import validate_count
+from ..instruments.observe import Mark, Observer, Record
+from ..instruments.timing import Timing, cpu_threads, fmt_seconds, time_call
+from ..instruments.traffic import request_lengths
 
 FEATURES = 4  # width of the token vectors in the counting experiments (the count does not depend on it)
 LABELS = {"exact": "exact shapes", "pad_to_max": "pad to max", "pow2": "powers of two",
@@ -47,9 +47,9 @@ def label(strategy: str, k: int = 128) -> str:
 def length_mask(lengths: Sequence[int] | int, padded: int, device=None) -> torch.Tensor:
     """A (batch, padded) bool mask, True at the real tokens of each row."""
     lengths = [lengths] if isinstance(lengths, int) else list(lengths)
-    check_count("the padded length", padded)
+    validate_count("the padded length", padded)
     for n in lengths:
-        check_count("a length", n)
+        validate_count("a length", n)
         if n > padded:
             raise ValueError(f"length {n} does not fit in a padded length of {padded}")
     pos = torch.arange(padded, device=device)
@@ -58,7 +58,7 @@ def length_mask(lengths: Sequence[int] | int, padded: int, device=None) -> torch
 
 def pad_to(x: torch.Tensor, padded: int) -> torch.Tensor:
     """``x`` (batch, n, features) padded with zeros along dim 1 to ``padded`` positions."""
-    check_count("the padded length", padded)
+    validate_count("the padded length", padded)
     if x.dim() != 3:
         raise ValueError(f"expected a (batch, length, features) tensor, got shape {tuple(x.shape)}")
     if x.shape[1] > padded:
@@ -99,7 +99,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def padded_inputs(n: int, padded: int, *, features: int = FEATURES, batch: int = 1, device="cpu",
                   seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One request of ``n`` tokens, padded to ``padded``: ``(x, mask)`` with zeros in the padding."""
-    check_count("a length", n)
+    validate_count("a length", n)
     gen = torch.Generator().manual_seed(seed) if seed is not None else None
     x = torch.randn(batch, n, features, generator=gen).to(device)
     return pad_to(x, padded), length_mask([n] * batch, padded, device=device)
@@ -152,8 +152,8 @@ def closed_form(strategy: str, max_len: int, k: int = 128) -> dict:
     and waste at most ``L/2 - 1`` tokens when L is one; multiples of k waste at most ``k - 1``;
     every bucket is capped at L.
     """
-    check_count("L", max_len)
-    check_count("k", k)
+    validate_count("L", max_len)
+    validate_count("k", k)
     compiles = formula_compiles(strategy, max_len, k)
     if strategy in ("exact", "symbolic"):
         return {"compiles": compiles, "worst_waste": 0, "worst_ratio": 1.0}
@@ -260,7 +260,7 @@ def measure_strategy(strategy: str, max_len: int, k: int = 128, *, traffic: dict
     padded size gets its own static graph and none falls back; ``dynamic=True`` for
     "symbolic"); padded tokens are read from the input shapes each call really had.
     """
-    check_count("L", max_len)
+    validate_count("L", max_len)
     pad = bucketer(strategy, max_len, k)
     run = StrategyRun(strategy, max_len, k, record=None, every=Bill())  # type: ignore[arg-type]
     lists = ([("every", range(1, max_len + 1))] if every_length else []) + list((traffic or {}).items())
@@ -313,12 +313,12 @@ def traffic_rows(runs: Sequence[StrategyRun]) -> list[dict]:
 # --- optimal buckets -----------------------------------------------------------------------------
 
 def _check_lengths(lengths: Sequence[int], max_len: int) -> list[int]:
-    check_count("L", max_len)
+    validate_count("L", max_len)
     lengths = list(lengths)
     if not lengths:
         raise ValueError("need at least one request length")
     for n in lengths:
-        check_count("a length", n)
+        validate_count("a length", n)
         if n > max_len:
             raise ValueError(f"length {n} is longer than L = {max_len}")
     return lengths
@@ -371,7 +371,7 @@ def _solve(lengths: Sequence[int], max_len: int, max_buckets: int):
     import numpy as np
 
     lengths = _check_lengths(lengths, max_len)
-    check_count("the number of buckets", max_buckets)
+    validate_count("the number of buckets", max_buckets)
     values = sorted(set(lengths) | {max_len})
     count = {v: 0 for v in values}
     for n in lengths:
@@ -421,7 +421,7 @@ def optimal_frontier(lengths: Sequence[int], max_len: int, budgets: Iterable[int
     if not budgets:
         return []
     for b in budgets:
-        check_count("a compile budget", b)
+        validate_count("a compile budget", b)
     values, choices, totals = _solve(lengths, max_len, max(budgets))
     tokens = sum(lengths)
     out = []
@@ -664,8 +664,8 @@ def measure_policy_costs(length: int, bucket: int, *, model: torch.nn.Module | N
     process pays one-time set-up anyway, so the per-graph cost is taken from the later ones.
     Runs on one CPU thread.
     """
-    check_count("the length", length, 2)
-    check_count("the bucket", bucket, 2)
+    validate_count("the length", length, 2)
+    validate_count("the bucket", bucket, 2)
     if bucket < length:
         raise ValueError(f"the bucket ({bucket}) must be at least the length ({length})")
     if model is None:
@@ -819,11 +819,11 @@ def run_bench(max_len: int, strategy: str, k: int, distribution: str, requests: 
 
     Returns the panes "table", "frontier", "compiles" and "reasons".
     """
-    from .widgets import record_panes
+    from ..labkit.widgets import record_panes
 
-    check_count("L", max_len)
-    check_count("the bucket size k", k)
-    check_count("the number of requests", requests)
+    validate_count("L", max_len)
+    validate_count("the bucket size k", k)
+    validate_count("the number of requests", requests)
     lengths = request_lengths(requests, max_len, distribution, seed=seed)
     run = measure_strategy(strategy, max_len, k, traffic={distribution: lengths}, every_length=False)
     bill = run.traffic[distribution]
@@ -850,8 +850,8 @@ def run_bench(max_len: int, strategy: str, k: int, distribution: str, requests: 
 
 def build_bench(max_len: int = 64, k: int = 16, requests: int = 200, seed: int = 0):
     """The lesson's bench: L, strategy, bucket size, traffic and request count; panes from ``run_bench``."""
-    from .traffic import DISTRIBUTIONS
-    from .widgets import LabBench, dropdown, int_slider
+    from ..instruments.traffic import DISTRIBUTIONS
+    from ..labkit.widgets import LabBench, dropdown, int_slider
 
     return LabBench(
         "Bucketing: graphs against padding",
@@ -916,7 +916,7 @@ def check_masked_function(fn: Callable, max_len: int, *, reference: Callable = m
     """Compile ``fn(x, mask)`` (eager backend, ``dynamic=False``), run it on every length 1..L padded
     to powers of two, and check both that it equals ``reference`` on the real tokens and that it
     compiled once per bucket, not once per length."""
-    check_count("L", max_len)
+    validate_count("L", max_len)
     pad = bucketer("pow2", max_len)
     buckets = len({pad(n) for n in range(1, max_len + 1)})
     ok, msg = True, ""

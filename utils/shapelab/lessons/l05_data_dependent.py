@@ -20,9 +20,9 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from .isolation import isolated
-from .logs import capture_logs
-from .observe import Observer, Record, as_args, short_reason
+from ..instruments.isolation import isolated
+from ..instruments.logs import capture_logs
+from ..instruments.observe import Observer, Record, as_args, short_reason
 
 CAPTURE_FLAGS = ("capture_dynamic_output_shape_ops", "capture_scalar_outputs")
 
@@ -421,7 +421,7 @@ def run_bench(workload: str = "select", kept_share: int = 50, capture: bool = Fa
     ``capacity_factor`` when ``rewrite``). ``capture`` turns both capture flags on.
     Panes: compiles, reasons, breaks, unbacked, work.
     """
-    from .widgets import record_panes
+    from ..labkit.widgets import record_panes
 
     if workload not in WORKLOADS:
         raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
@@ -477,7 +477,7 @@ def run_bench(workload: str = "select", kept_share: int = 50, capture: bool = Fa
 
 def build_bench(**sizes):
     """The lesson's lab bench over ``run_bench``; ``sizes`` (rows, dim, hidden, experts, seed, device) are fixed."""
-    from .widgets import LabBench, dropdown, int_slider
+    from ..labkit.widgets import LabBench, dropdown, int_slider
 
     def run(workload, kept_share, capture, rewrite, capacity_factor, batches):
         """The bench's controls, by name, on to ``run_bench``."""
@@ -507,14 +507,14 @@ def _first_line(e: BaseException) -> str:
 
 
 def _is_stub(fn) -> bool:
-    from .checks import unanswered
+    from ..labkit.checks import unanswered
 
     return unanswered(fn) or not callable(fn)
 
 
 def _static_one_graph(candidate: Callable, calls: Sequence[tuple], what: str) -> tuple[Run | None, str]:
     """Compile ``candidate`` with ``fullgraph=True`` over ``calls``; (run, "") or (None/run, what is wrong)."""
-    from .observe import ExperimentError
+    from ..instruments.observe import ExperimentError
 
     try:
         run = observe_run(candidate, calls, fullgraph=True)
@@ -648,7 +648,7 @@ def smallest_factor(moe: MoE, factors: Sequence[float], max_dropped: float) -> f
 
 def check_factor(answer, moe: MoE, factors: Sequence[float], max_dropped: float) -> tuple[bool, str]:
     """Exercise: the smallest capacity factor that keeps the mean dropped share at or under ``max_dropped``."""
-    from .checks import unanswered
+    from ..labkit.checks import unanswered
 
     if unanswered(answer):
         return False, "no answer yet: set chosen_factor to one of the factors"

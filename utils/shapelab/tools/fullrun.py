@@ -1,7 +1,7 @@
 """The full course run: every lesson executed, one report of what this machine measured.
 
-    python -m shapelab.fullrun                         # every lesson at SCALE="full"
-    python -m shapelab.fullrun --scale ci --only 00    # a quick check of one lesson
+    python -m shapelab.tools.fullrun                         # every lesson at SCALE="full"
+    python -m shapelab.tools.fullrun --scale ci --only 00    # a quick check of one lesson
 
 Each lesson in ``notebooks/`` (found, not listed here) runs headless with papermill; the
 executed copy is kept. ``$SHAPELAB_LEDGER_DIR`` points every lesson at this run's own, emptied
@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 
 LESSON_GLOB = "[0-9][0-9]_*.ipynb"
 SCALES = ("full", "ci", "auto")
-LEDGER_ENV = "SHAPELAB_LEDGER_DIR"  # the name shapelab.ledger.Ledger.save() reads
+LEDGER_ENV = "SHAPELAB_LEDGER_DIR"  # the name shapelab.labkit.ledger.Ledger.save() reads
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 # The figures the source text claims: (quantity, the source's figure, a row is about it if its topic or
@@ -64,7 +64,7 @@ SOURCE_CLAIMS = (
 
 def default_notebooks_dir() -> Path:
     """The course's ``notebooks/`` folder: beside this package in a checkout, else under the cwd."""
-    here = Path(__file__).resolve().parents[1] / "notebooks"
+    here = Path(__file__).resolve().parents[3] / "notebooks"
     return here if here.is_dir() else Path.cwd() / "notebooks"
 
 
@@ -306,7 +306,7 @@ def environment_info() -> dict:
     """Device, versions and compiler of this machine, as ``{name: text}`` for the report."""
     import torch
 
-    from . import compat
+    from ..instruments import compat
 
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
@@ -494,9 +494,9 @@ def write_report(run: CourseRun) -> dict:
 # --- command line -----------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command-line options of ``python -m shapelab.fullrun``."""
+    """The command-line options of ``python -m shapelab.tools.fullrun``."""
     p = argparse.ArgumentParser(
-        prog="python -m shapelab.fullrun",
+        prog="python -m shapelab.tools.fullrun",
         description="Execute every lesson (full sizes by default), keep the executed notebooks, and write a "
                     "one-page report with the course-wide claims ledger measured in this run.")
     p.add_argument("--scale", choices=SCALES, default="full",
@@ -506,7 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--notebooks", help="the lessons' folder (default: the course's notebooks/)")
     p.add_argument("--cache", choices=("fresh", "warm"), default="fresh",
                    help="'fresh' (default): an empty Inductor cache per lesson, so compile times are first-time "
-                        "times; 'warm': use the machine's cache, e.g. after python -m shapelab.warmup")
+                        "times; 'warm': use the machine's cache, e.g. after python -m shapelab.tools.warmup")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="pass DEVICE to every lesson")
     p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                    help="another parameter for every lesson, e.g. -p SEED=1 (repeatable)")
@@ -530,7 +530,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = Path(args.out)
     else:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = Path(__file__).resolve().parents[1] / "build" / "fullrun" / f"{stamp}-{args.scale}"
+        out = Path(__file__).resolve().parents[3] / "build" / "fullrun" / f"{stamp}-{args.scale}"
     log = lambda line: print(line, flush=True)  # noqa: E731
     run = run_course(lessons, out, scale=args.scale, params=params, cache=args.cache,
                      cell_timeout=args.cell_timeout, log=log)

@@ -34,15 +34,15 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from . import compat
-from .bucketing import bucketer
-from .checks import unanswered
-from .inputs import check_count, make_tensor
-from .isolation import isolated
-from .observe import ExperimentError, Mark, Observer, Record, as_args, short_reason
-from .serving import ServeReport, replay
-from .timing import Timing, cpu_threads, fmt_seconds, time_call
-from .traffic import DISTRIBUTIONS, request_lengths
+from ..instruments import compat
+from ..instruments.bucketing import bucketer
+from ..labkit.checks import unanswered
+from ..instruments.inputs import validate_count, make_tensor
+from ..instruments.isolation import isolated
+from ..instruments.observe import ExperimentError, Mark, Observer, Record, as_args, short_reason
+from ..instruments.serving import ServeReport, replay
+from ..instruments.timing import Timing, cpu_threads, fmt_seconds, time_call
+from ..instruments.traffic import DISTRIBUTIONS, request_lengths
 
 
 @contextlib.contextmanager
@@ -118,13 +118,13 @@ def time_fall_back(fn: Callable, inputs: Sequence[torch.Tensor], *, limit: int, 
     before the first compile, restored afterwards), which keeps timings steady on a shared
     machine; ``None`` leaves it alone.
     """
-    check_count("limit", limit)
-    check_count("rounds", rounds)
+    validate_count("limit", limit)
+    validate_count("rounds", rounds)
     if not inputs:
         raise ValueError("need at least one input")
     with Observer(fn, backend=backend, dynamic=False, recompile_limit=limit) as obs:
         if threads is not None:
-            torch.set_num_threads(check_count("threads", threads))
+            torch.set_num_threads(validate_count("threads", threads))
         for x in inputs:
             obs(x)
         rows = []
@@ -188,7 +188,7 @@ def compile_kwarg_counts(fn: Callable, calls: Sequence[Any], recompile_limit: in
     """Cumulative compile counts of ``torch.compile(fn, dynamic=False, recompile_limit=N)`` over
     ``calls``, counted with a counting backend in an isolated experiment. ``None`` on a release
     whose ``torch.compile`` has no such keyword."""
-    check_count("recompile_limit", recompile_limit)
+    validate_count("recompile_limit", recompile_limit)
     if not compat.supports_compile_kwarg("recompile_limit"):
         return None
     graphs = []
@@ -227,9 +227,9 @@ def accumulated_scope(shapes: int = 7, accumulated: int = 5, functions: int = 2)
     functions together would stop at ``accumulated``; each reaching it on its own shows it is kept
     per code object (summed over that function's cache entries).
     """
-    check_count("shapes", shapes)
-    check_count("accumulated", accumulated)
-    fns = (_scope_a, _scope_b, _scope_c)[: max(1, min(3, check_count("functions", functions)))]
+    validate_count("shapes", shapes)
+    validate_count("accumulated", accumulated)
+    fns = (_scope_a, _scope_b, _scope_c)[: max(1, min(3, validate_count("functions", functions)))]
     graphs: dict[str, int] = {}
     counts: dict[str, list[int]] = {}
     cfg = {compat.accumulated_limit_name(): accumulated, compat.recompile_limit_name(): max(100, 2 * accumulated)}
@@ -417,7 +417,7 @@ class TinySeqModel(torch.nn.Module):
 
     def __init__(self, width: int = 16):
         super().__init__()
-        check_count("width", width)
+        validate_count("width", width)
         self.inp = torch.nn.Linear(width, width)
         self.up = torch.nn.Linear(width, 2 * width)
         self.down = torch.nn.Linear(2 * width, width)
@@ -440,7 +440,7 @@ def make_model(width: int = 16, seed: int = 0, device="cpu") -> TinySeqModel:
 
 def request_maker(width: int, device="cpu") -> Callable[[int], torch.Tensor]:
     """``make_input`` for ``replay``: length ``n`` -> a ``(1, n, width)`` request tensor."""
-    check_count("width", width)
+    validate_count("width", width)
     return lambda n: make_tensor((1, n, width), device=device, seed=n)
 
 
@@ -460,8 +460,8 @@ def fix_policy(fix: str, *, limit: int = 8, raised_limit: int = 64, k: int = 128
     in force, ``raised_limit`` what "raise_limit" raises it to, ``dim`` the varying dimension."""
     if fix not in FIXES:
         raise ValueError(f"unknown fix {fix!r}; choose from {', '.join(FIXES)}")
-    check_count("limit", limit)
-    check_count("raised_limit", raised_limit)
+    validate_count("limit", limit)
+    validate_count("raised_limit", raised_limit)
     base = {"strategy": "exact", "dynamic": False, "recompile_limit": limit}
     if fix == "bucket128":
         base.update(strategy="multiple", k=k)
@@ -598,7 +598,7 @@ def other_causes(n: int = 12, width: int = 8) -> dict[str, Record]:
     """Three more ways to exhaust the limit under the default policy (``dynamic=None``), each run
     ``n`` times: a Python int argument that drives a loop, a module attribute that changes every
     call, and dtype flips combined with a batch of one."""
-    check_count("n", n, 2)
+    validate_count("n", n, 2)
     out = {}
     with quiet_dynamo_stderr(), torch.no_grad():
         x = make_tensor((4, width))
@@ -624,7 +624,7 @@ def _observe_calls(fn, calls, **policy) -> Record:
 
 _CHILD = """
 import json, sys, torch
-from shapelab import limit as L, request_lengths, replay
+from shapelab.lessons import l03_limit as L, request_lengths, replay
 a = json.loads(sys.argv[1])
 model = L.make_model(a["width"], a["seed"])
 staging = request_lengths(a["requests"], a["max_len"], "few", distinct=3, seed=a["seed"])
@@ -659,9 +659,9 @@ def record_trace(trace_dir: str | os.PathLike, *, requests: int = 60, max_len: i
         raise ValueError(f"unknown distribution {distribution!r}; choose from {', '.join(DISTRIBUTIONS)}")
     trace_dir = Path(trace_dir)
     trace_dir.mkdir(parents=True, exist_ok=True)
-    args = dict(requests=check_count("requests", requests), max_len=check_count("max_len", max_len),
-                distinct=check_count("distinct", distinct), distribution=distribution,
-                width=check_count("width", width), seed=seed, backend=backend)
+    args = dict(requests=validate_count("requests", requests), max_len=validate_count("max_len", max_len),
+                distinct=validate_count("distinct", distinct), distribution=distribution,
+                width=validate_count("width", width), seed=seed, backend=backend)
     env = dict(os.environ, TORCH_TRACE=str(trace_dir), TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO="0")
     env.pop("TORCH_COMPILE_JOB_ID", None)
     done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(args)], env=env, capture_output=True,
@@ -766,7 +766,7 @@ def bench_run(distinct: int = 40, distribution: str = "lognormal", fix: str = "n
     """
     for name, value, low in (("distinct lengths", distinct, 1), ("recompile limit", limit, 1),
                              ("requests", requests, 1), ("staging lengths", staging, 1)):
-        check_count(name, value, low)
+        validate_count(name, value, low)
     if distinct > max_len:
         raise ValueError(f"distinct lengths must be at most the maximum length {max_len}, got {distinct}")
     key = (width, seed)
@@ -827,7 +827,7 @@ def _latency_figure(calls, title: str):
 
 def make_bench(*, max_len: int = 512, width: int = 16, seed: int = 0, backend: str = "eager", requests: int = 80):
     """The lesson's lab bench: traffic controls, the fix, the limit; panes from ``bench_run``."""
-    from .widgets import LabBench, dropdown, int_slider
+    from ..labkit.widgets import LabBench, dropdown, int_slider
 
     def run(distinct, distribution, fix, limit, requests):
         return bench_run(distinct, distribution, fix, limit, requests, max_len=max_len, width=width, seed=seed,
@@ -884,14 +884,14 @@ class MysteryService:
     def __init__(self, seed: int = 0, width: int = 16, backend: str = "eager", threads: int | None = 1):
         self.seed = seed
         self.threads = threads
-        self.width = check_count("width", width)
+        self.width = validate_count("width", width)
         self.backend = backend
         self._cause = random.Random(f"service-{seed}").choice(sorted(MYSTERY_CAUSES))
         self.model = make_model(width, seed)
 
     def traffic(self, n: int, seed: int = 0) -> list[Request]:
         """``n`` production requests; a different ``seed`` is a fresh sample of the same traffic."""
-        check_count("n", n)
+        validate_count("n", n)
         rng = random.Random(f"traffic-{self.seed}-{seed}")
         lengths = request_lengths(n, self.max_len, "uniform", distinct=40, seed=rng.randrange(10**6))
         batches = request_lengths(n, self.max_batch, "uniform", distinct=24, seed=rng.randrange(10**6))
@@ -1035,7 +1035,7 @@ def check_strict_runner(run_strictly, *, shapes: int = 12, width: int = 3) -> tu
     too_many = [torch.ones(n, width) for n in range(2, 2 + shapes)]
     few = too_many[:4]
     exc_type = compat.recompile_limit_exception()
-    from .isolation import snapshot
+    from ..instruments.isolation import snapshot
 
     with isolated(), quiet_dynamo_stderr():
         before = snapshot()
@@ -1066,7 +1066,7 @@ def check_strict_runner(run_strictly, *, shapes: int = 12, width: int = 3) -> tu
 
 def _config_leaks(before) -> list[str]:
     """Differences in Dynamo config or compiler stance between ``before`` and now."""
-    from .isolation import snapshot
+    from ..instruments.isolation import snapshot
 
     return [d for d in before.differences(snapshot()) if d.startswith("torch._dynamo.config") or d.startswith("stance")]
 

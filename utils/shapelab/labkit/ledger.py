@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from .display import html_table, text_table
+from ..instruments.display import html_table, text_table
 
 VERDICTS = {True: "agrees", False: "differs", None: "not measurable here"}
 LEDGER_DIR_ENV = "SHAPELAB_LEDGER_DIR"  # where lessons save their ledgers for the course report

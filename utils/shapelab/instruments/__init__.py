@@ -1,0 +1,1 @@
+"""Instruments: observe what Dynamo does, isolate each experiment, time, tabulate; each module tested."""

@@ -1,0 +1,32 @@
+"""Predictions on record: the learner writes ``predicted = ...`` before an experiment; the run compares.
+
+A prediction left as ``...`` (or None) never stops the lesson: the run says what it measured and
+moves on, so restart-and-run-all and CI work on an untouched notebook.
+"""
+from __future__ import annotations
+
+from .checks import unanswered
+
+
+def reveal(predicted, measured, what: str = "") -> bool | None:
+    """Print the prediction beside the measurement; return whether they agree (None: no prediction).
+
+    Lists and tuples compare element by element, so ``predicted = [1, 2, 2, 3]`` can be a count
+    per call. Text compares without case or surrounding spaces.
+    """
+    unit = f" {what}" if what else ""
+    if unanswered(predicted):
+        print(f"No prediction written (predicted = ...); the run measured {measured!r}{unit}.")
+        return None
+    agree = _normalise(predicted) == _normalise(measured)
+    verdict = "as you predicted" if agree else "not what you predicted"
+    print(f"You predicted {predicted!r}; the run measured {measured!r}{unit}: {verdict}.")
+    return agree
+
+
+def _normalise(value):
+    if isinstance(value, str):
+        return value.strip().lower()
+    if isinstance(value, (list, tuple)):
+        return [_normalise(v) for v in value]
+    return value

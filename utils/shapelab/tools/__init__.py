@@ -1,0 +1,1 @@
+"""Tools run from the shell: python -m shapelab.tools.preflight | fullrun | warmup."""
