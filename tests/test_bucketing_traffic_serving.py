@@ -1,8 +1,13 @@
 
+import itertools
+import random
+
 import pytest
 import torch
 
 from shapelab import bucket_stats, bucketer, formula_compiles, next_multiple, next_pow2, replay, request_lengths
+from shapelab.instruments.bucketing import (bucket_of, check_bucket_set, expected_waste, optimal_buckets,
+                                            optimal_frontier)
 
 L = 1024
 
@@ -63,3 +68,48 @@ def test_replay_counts_compiles_fallbacks_and_padding():
     dyn = replay(model, lengths, make_input=make, max_len=64, dynamic=True, warmup=[5])
     assert dyn.compiles <= 2 and dyn.fell_back == 0 and len(dyn.latencies) == 30
     assert set(dyn.row()) == {"policy", "compiles", "fell back", "padded work", "p50", "p99", "total"}
+
+
+# --- optimal buckets -----------------------------------------------------------------------------
+
+def test_optimal_buckets_match_brute_force():
+    rng = random.Random(0)
+    for _ in range(150):
+        L = rng.randint(1, 24)
+        lengths = [rng.randint(1, L) for _ in range(rng.randint(1, 12))]
+        budget = rng.randint(1, 4)
+        got = optimal_buckets(lengths, L, budget)
+        assert got[-1] == L and len(got) <= budget
+        best = min(expected_waste(list(c) + [L], lengths, L)
+                   for r in range(budget) for c in itertools.combinations(range(1, L), r))
+        assert expected_waste(got, lengths, L) == pytest.approx(best)
+
+
+def test_optimal_frontier_never_worse_than_the_fixed_rules():
+    lengths = request_lengths(500, 1024, "lognormal", seed=0)
+    front = optimal_frontier(lengths, 1024, range(1, 12))
+    assert [f["budget"] for f in front] == list(range(1, 12))
+    shares = [f["waste_share"] for f in front]
+    assert shares == sorted(shares, reverse=True)
+    assert front[7]["waste_share"] <= bucket_stats("multiple", lengths, 1024, 128).waste_fraction
+    assert front[10]["waste_share"] <= bucket_stats("pow2", lengths, 1024).waste_fraction
+    assert optimal_frontier(lengths, 1024, []) == []
+
+
+def test_bucket_sets_are_validated():
+    assert check_bucket_set([64, 8, 8, 16], 64) == [8, 16, 64]
+    assert bucket_of([8, 16, 64], 9) == 16
+    with pytest.raises(ValueError, match="include 64"):
+        check_bucket_set([8, 16], 64)
+    with pytest.raises(ValueError, match="budget is 2"):
+        check_bucket_set([8, 16, 64], 64, max_buckets=2)
+    with pytest.raises(ValueError, match="outside"):
+        check_bucket_set([0, 64], 64)
+    with pytest.raises(TypeError, match="not a whole number"):
+        check_bucket_set([8.0, 64], 64)
+    with pytest.raises(ValueError, match="longer than the largest"):
+        bucket_of([8, 16], 20)
+    with pytest.raises(ValueError, match="longer than L"):
+        optimal_buckets([70], 64)
+    with pytest.raises(ValueError, match="at least one"):
+        expected_waste([64], [], 64)

@@ -1,6 +1,4 @@
-"""Lesson 04's library: measured bucketing, optimal buckets, break-even, masking, the bench, the lab checks."""
-import itertools
-import random
+"""Lesson 04's library: measured bucketing, break-even, masking, the bench, the lab checks."""
 
 import matplotlib
 
@@ -127,51 +125,6 @@ def test_padding_helpers_reject_bad_input():
         B.padded_inputs(0, 8)
     with pytest.raises(TypeError, match="whole number"):
         B.padded_inputs(2.5, 8)
-
-
-# --- optimal buckets -----------------------------------------------------------------------------
-
-def test_optimal_buckets_match_brute_force():
-    rng = random.Random(0)
-    for _ in range(150):
-        L = rng.randint(1, 24)
-        lengths = [rng.randint(1, L) for _ in range(rng.randint(1, 12))]
-        budget = rng.randint(1, 4)
-        got = B.optimal_buckets(lengths, L, budget)
-        assert got[-1] == L and len(got) <= budget
-        best = min(B.expected_waste(list(c) + [L], lengths, L)
-                   for r in range(budget) for c in itertools.combinations(range(1, L), r))
-        assert B.expected_waste(got, lengths, L) == pytest.approx(best)
-
-
-def test_optimal_frontier_never_worse_than_the_fixed_rules():
-    lengths = request_lengths(500, 1024, "lognormal", seed=0)
-    front = B.optimal_frontier(lengths, 1024, range(1, 12))
-    assert [f["budget"] for f in front] == list(range(1, 12))
-    shares = [f["waste_share"] for f in front]
-    assert shares == sorted(shares, reverse=True)
-    assert front[7]["waste_share"] <= bucket_stats("multiple", lengths, 1024, 128).waste_fraction
-    assert front[10]["waste_share"] <= bucket_stats("pow2", lengths, 1024).waste_fraction
-    assert B.optimal_frontier(lengths, 1024, []) == []
-
-
-def test_bucket_sets_are_validated():
-    assert B.check_bucket_set([64, 8, 8, 16], 64) == [8, 16, 64]
-    assert B.bucket_of([8, 16, 64], 9) == 16
-    with pytest.raises(ValueError, match="include 64"):
-        B.check_bucket_set([8, 16], 64)
-    with pytest.raises(ValueError, match="budget is 2"):
-        B.check_bucket_set([8, 16, 64], 64, max_buckets=2)
-    with pytest.raises(ValueError, match="outside"):
-        B.check_bucket_set([0, 64], 64)
-    with pytest.raises(TypeError, match="not a whole number"):
-        B.check_bucket_set([8.0, 64], 64)
-    with pytest.raises(ValueError, match="longer than the largest"):
-        B.bucket_of([8, 16], 20)
-    with pytest.raises(ValueError, match="longer than L"):
-        B.optimal_buckets([70], 64)
-    with pytest.raises(ValueError, match="at least one"):
-        B.expected_waste([64], [], 64)
 
 
 # --- frontier and plots --------------------------------------------------------------------------

@@ -7,7 +7,7 @@ on paper) and measures the same things on a real compiled function:
   ``Observer`` with ``dynamic=False`` and a raised limit, and counts graphs and padded tokens
   from the shapes the compiled function actually received;
 - ``closed_form`` / ``source_formula``: the corrected formulas beside the source text's;
-- ``optimal_buckets``: the bucket set (at most B sizes, the largest = L) with the least
+- ``optimal_buckets`` (now in ``instruments.bucketing``): the bucket set (at most B sizes, the largest = L) with the least
   expected waste on a traffic sample, by dynamic programming; the lab's checker uses it;
 - ``PolicyCost`` / ``break_even`` / ``measure_policy_costs``: when does each policy pay;
 - ``masked_attention`` / ``masked_mean``: padding that does not change the answer;
@@ -16,7 +16,6 @@ on paper) and measures the same things on a real compiled function:
 """
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
@@ -24,7 +23,8 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from ..instruments import compat
-from ..instruments.bucketing import STRATEGIES, bucket_stats, bucketer, formula_compiles
+from ..instruments.bucketing import (STRATEGIES, bucket_of, bucket_stats, bucketer, check_bucket_set, check_lengths,
+                                     expected_waste, formula_compiles, optimal_buckets, optimal_frontier)
 from ..instruments.inputs import validate_count
 from ..instruments.observe import Mark, Observer, Record
 from ..instruments.timing import Timing, cpu_threads, fmt_seconds, time_call
@@ -310,134 +310,11 @@ def traffic_rows(runs: Sequence[StrategyRun]) -> list[dict]:
     return rows
 
 
-# --- optimal buckets -----------------------------------------------------------------------------
-
-def _check_lengths(lengths: Sequence[int], max_len: int) -> list[int]:
-    validate_count("L", max_len)
-    lengths = list(lengths)
-    if not lengths:
-        raise ValueError("need at least one request length")
-    for n in lengths:
-        validate_count("a length", n)
-        if n > max_len:
-            raise ValueError(f"length {n} is longer than L = {max_len}")
-    return lengths
-
-
-def bucket_of(buckets: Sequence[int], n: int) -> int:
-    """The smallest bucket >= n in a sorted bucket list (ValueError if none fits)."""
-    i = bisect.bisect_left(buckets, n)
-    if i == len(buckets):
-        raise ValueError(f"length {n} is longer than the largest bucket {buckets[-1]}")
-    return buckets[i]
-
-
-def check_bucket_set(buckets, max_len: int, max_buckets: int | None = None) -> list[int]:
-    """Return ``buckets`` sorted, or raise ValueError saying what is wrong with it."""
-    try:
-        items = list(buckets)
-    except TypeError:
-        raise TypeError(f"a bucket set is a list of whole numbers, got {buckets!r}") from None
-    if not items:
-        raise ValueError("the bucket set is empty")
-    for b in items:
-        if isinstance(b, bool) or not isinstance(b, int):
-            raise TypeError(f"bucket {b!r} is not a whole number")
-        if not 1 <= b <= max_len:
-            raise ValueError(f"bucket {b} is outside 1..{max_len}")
-    out = sorted(set(items))
-    if out[-1] != max_len:
-        raise ValueError(f"the largest bucket is {out[-1]}, but a request may be up to L = {max_len} long: include {max_len}")
-    if max_buckets is not None and len(out) > max_buckets:
-        raise ValueError(f"{len(out)} buckets means {len(out)} graphs; the budget is {max_buckets}")
-    return out
-
-
-def expected_waste(buckets: Sequence[int], lengths: Sequence[int], max_len: int) -> float:
-    """Mean wasted tokens per request when each length runs at its bucket."""
-    lengths = _check_lengths(lengths, max_len)
-    bs = check_bucket_set(buckets, max_len)
-    return sum(bucket_of(bs, n) - n for n in lengths) / len(lengths)
-
-
-def _solve(lengths: Sequence[int], max_len: int, max_buckets: int):
-    """Dynamic programming over the sorted distinct lengths (plus L).
-
-    An optimal bucket always sits at a length that occurs (or at L), and each bucket serves a
-    contiguous run of lengths; ``cost[j, i]`` = padding when values j..i-1 all run at value i-1,
-    from prefix sums. Round b finds, for every prefix, the least padding with exactly b buckets.
-    Returns the values, each round's back-pointers and each round's total for all lengths.
-    """
-    import numpy as np
-
-    lengths = _check_lengths(lengths, max_len)
-    validate_count("the number of buckets", max_buckets)
-    values = sorted(set(lengths) | {max_len})
-    count = {v: 0 for v in values}
-    for n in lengths:
-        count[n] += 1
-    v = np.array(values, dtype=np.int64)
-    w = np.array([count[x] for x in values], dtype=np.int64)
-    m = len(values)
-    W = np.concatenate([[0], np.cumsum(w)])  # W[i]: requests among the first i values
-    T = np.concatenate([[0], np.cumsum(w * v)])  # T[i]: their tokens
-    top = np.concatenate([[0], v])[None, :]
-    cost = top * (W[None, :] - W[:, None]) - (T[None, :] - T[:, None])
-    big = np.iinfo(np.int64).max // 4
-    cost = np.where(np.arange(m + 1)[:, None] < np.arange(m + 1)[None, :], cost, big)
-    best = np.full(m + 1, big, dtype=np.int64)  # best[i]: least padding for the first i values
-    best[0] = 0
-    choices, totals = [], []
-    for _ in range(min(max_buckets, m)):  # one more bucket per round
-        total = best[:, None] + cost
-        arg = total.argmin(0)
-        best = np.minimum(total[arg, np.arange(m + 1)], big)
-        best[0] = big
-        choices.append(arg)
-        totals.append(int(best[m]))
-    return values, choices, totals
-
-
-def _walk_back(values: list[int], choices: list, used: int) -> tuple[int, ...]:
-    buckets, end = [], len(values)
-    for arg in reversed(choices[:used]):
-        buckets.append(values[end - 1])
-        end = int(arg[end])
-    return tuple(sorted(buckets))
-
-
-def optimal_buckets(lengths: Sequence[int], max_len: int, max_buckets: int = 8) -> tuple[int, ...]:
-    """The bucket set of at most ``max_buckets`` sizes, the largest being L, with the least waste on ``lengths``.
-
-    Exact (dynamic programming, see ``_solve``); with ties, the fewest buckets.
-    """
-    values, choices, totals = _solve(lengths, max_len, max_buckets)
-    return _walk_back(values, choices, totals.index(min(totals)) + 1)
-
-
-def optimal_frontier(lengths: Sequence[int], max_len: int, budgets: Iterable[int] = range(1, 13)) -> list[dict]:
-    """For each compile budget B: the optimal bucket set and its waste share on ``lengths``."""
-    budgets = list(budgets)
-    if not budgets:
-        return []
-    for b in budgets:
-        validate_count("a compile budget", b)
-    values, choices, totals = _solve(lengths, max_len, max(budgets))
-    tokens = sum(lengths)
-    out = []
-    for b in budgets:
-        head = totals[:b]
-        waste = min(head)
-        bs = _walk_back(values, choices, head.index(waste) + 1)
-        out.append({"budget": b, "compiles": len(bs), "buckets": bs, "waste_share": waste / (tokens + waste)})
-    return out
-
-
 # --- the frontier --------------------------------------------------------------------------------
 
 def frontier_points(lengths: Sequence[int], max_len: int, ks: Iterable[int] = (16, 32, 64, 128, 256)) -> list[dict]:
     """Graphs compiled against the share of computed tokens that is padding, per strategy, on ``lengths``."""
-    lengths = _check_lengths(lengths, max_len)
+    lengths = check_lengths(lengths, max_len)
     pts = []
     for s in ("exact", "pad_to_max", "pow2"):
         st = bucket_stats(s, lengths, max_len)
@@ -738,7 +615,7 @@ def replay_buckets(buckets: Sequence[int], lengths: Sequence[int], max_len: int,
     """Serve ``lengths``, each padded to its bucket in ``buckets``, through ``fn`` compiled with
     ``dynamic=False`` under the default recompile limit (or ``limit``). Returns the record."""
     bs = check_bucket_set(buckets, max_len)
-    lengths = _check_lengths(lengths, max_len)
+    lengths = check_lengths(lengths, max_len)
     policy = {"dynamic": False} if limit is None else {"dynamic": False, "recompile_limit": limit}
     with cpu_threads(1), torch.no_grad(), Observer(fn, **policy) as obs:
         for n in lengths:
