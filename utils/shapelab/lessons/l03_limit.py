@@ -624,7 +624,8 @@ def _observe_calls(fn, calls, **policy) -> Record:
 
 _CHILD = """
 import json, sys, torch
-from shapelab.lessons import l03_limit as L, request_lengths, replay
+from shapelab import request_lengths, replay
+from shapelab.lessons import l03_limit as L
 a = json.loads(sys.argv[1])
 model = L.make_model(a["width"], a["seed"])
 staging = request_lengths(a["requests"], a["max_len"], "few", distinct=3, seed=a["seed"])
