@@ -1,0 +1,164 @@
+"""Name the cause of each recompile from the guard torch printed, and of each graph break.
+
+Every recompile has one failed guard named as its cause (``observe.cause_of``: the newest dynamic
+graph's failure, else the newest graph's). ``classify_reason`` sorts that text into one of the
+kinds below; ``causes`` groups the graphs by kind and by the input (and dimension) they name.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .evidence import Evidence
+
+KINDS = {
+    "dimension": "a dimension that varies",
+    "zero_one": "0/1 specialisation",
+    "stride": "a stride (memory layout) that varies",
+    "dtype_device": "dtype, device or requires_grad",
+    "global_state": "grad mode or other global state",
+    "python_value": "a Python scalar or attribute value",
+    "identity": "object identity",
+    "data_dependent": "a data-dependent graph break",
+    "graph_break": "another graph break",
+    "limit": "the recompile limit reached",
+    "other": "a guard the doctor does not recognise",
+}
+
+_SIZE = re.compile(r"tensor '(?P<name>[^']+)' size mismatch at index (?P<dim>-?\d+)\. expected (?P<exp>\d+), actual (?P<act>\d+)")
+_STRIDE = re.compile(r"tensor '(?P<name>[^']+)' stride mismatch at index (?P<dim>-?\d+)")
+_TENSOR_PROP = re.compile(r"tensor '(?P<name>[^']+)' (?P<what>dtype|device|requires_grad|dispatch key set) mismatch")
+_SYM_SIZE = re.compile(r"(?P<name>[A-Za-z_][\w\.\[\]']*?)\.size\(\)\[(?P<dim>\d+)\]")
+_VALUE = re.compile(r"^(?P<expr>[A-Za-z_][\w\.\[\]'\"]*) == (?P<val>.+)$")
+_IDENTITY = ("___check_obj_id", "ID_MATCH", "___check_type_id", "TYPE_MATCH", "___check_current_backend",
+             "___odict_getitem", "obj_id")
+_DATA_DEPENDENT = ("dynamic shape operator", "item()", "data-dependent", "data dependent", "nonzero",
+                   "capture_scalar_outputs", "unbacked")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One failed guard, read: its kind, the input it names, the dimension or expression."""
+
+    kind: str
+    input: str | None = None
+    dim: int | None = None
+    detail: str = ""
+
+
+def guard_text(reason: str) -> str:
+    """The guard as torch printed it, without the ``0/1:`` id, the source comment and the user stack."""
+    text = re.sub(r"^\d+/\d+: ", "", reason.strip())
+    text = text.split("\nUser stack trace")[0]
+    return text.split("  #")[0].strip()
+
+
+def classify_reason(reason: str) -> Reading:
+    """The kind of one recompile reason (a failed guard as ``TORCH_LOGS=recompiles`` prints it)."""
+    text = guard_text(reason)
+    if "0/1 specialization" in reason or re.match(r"^2 <= ", text):
+        m = _SYM_SIZE.search(text)
+        return Reading("zero_one", m and m.group("name"), m and int(m.group("dim")), text)
+    m = _SIZE.search(text)
+    if m:
+        return Reading("dimension", m.group("name"), int(m.group("dim")),
+                       f"expected {m.group('exp')}, actual {m.group('act')}")
+    m = _STRIDE.search(text)
+    if m:
+        return Reading("stride", m.group("name"), int(m.group("dim")), text)
+    m = _TENSOR_PROP.search(text)
+    if m:
+        return Reading("dtype_device", m.group("name"), None, m.group("what"))
+    if "GLOBAL_STATE" in text or "global_state" in text or "grad_mode" in text or "autocast" in text:
+        what = text.split("changed:", 1)[-1].strip() if "changed:" in text else text
+        return Reading("global_state", None, None, what)
+    if any(k in text for k in _IDENTITY):
+        m = re.search(r"\(([A-Za-z_][\w\.\[\]']*)", text)
+        name = m.group(1) if m else None
+        return Reading("identity", name.split(".")[0] if name else None, None, name or text)
+    m = _SYM_SIZE.search(text)
+    if m:
+        return Reading("dimension", m.group("name"), int(m.group("dim")), text)
+    m = _VALUE.match(text)
+    if m:
+        expr = m.group("expr")
+        return Reading("python_value", expr.split(".")[0].split("[")[0], None, expr)
+    return Reading("other", None, None, text)
+
+
+def classify_break(text: str) -> str:
+    """``data_dependent`` for a break caused by a value-dependent shape or scalar, else ``graph_break``."""
+    low = text.lower()
+    return "data_dependent" if any(k in low for k in _DATA_DEPENDENT) else "graph_break"
+
+
+@dataclass
+class Cause:
+    """One cause, the graphs it cost and the evidence: the reasons as torch printed them."""
+
+    kind: str
+    input: str | None
+    dim: int | None
+    detail: str
+    graphs: int = 0
+    compile_ids: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # as torch printed them, up to three distinct
+    values: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return KINDS[self.kind]
+
+    @property
+    def where(self) -> str:
+        if self.kind in ("dimension", "zero_one", "stride") and self.input is not None:
+            if self.input.startswith("___"):
+                return f"'{self.input}' (a value handed across a graph break), dim {self.dim}"
+            return f"input '{self.input}', dim {self.dim}"
+        if self.kind == "dtype_device":
+            return f"input '{self.input}' ({self.detail})"
+        if self.kind in ("python_value", "identity"):
+            return f"`{self.detail}`"
+        if self.kind == "global_state":
+            return self.detail
+        return self.detail[:80]
+
+    def row(self) -> dict:
+        return {"cause": self.label, "where": self.where, "graphs it cost": self.graphs,
+                "evidence (as torch printed it)": self.reasons[0] if self.reasons else ""}
+
+
+def causes(ev: Evidence) -> list[Cause]:
+    """Group the evidence's recompiles and breaks into causes, the costliest first."""
+    found: dict[tuple, Cause] = {}
+    for g in ev.graphs:
+        if not g.cause:
+            continue
+        r = classify_reason(g.cause)
+        key = (r.kind, r.input, r.dim, r.detail if r.kind in ("python_value", "identity", "global_state", "other", "dtype_device") else None)
+        c = found.setdefault(key, Cause(r.kind, r.input, r.dim, r.detail))
+        c.graphs += 1
+        c.compile_ids.append(g.compile_id)
+        short = guard_text(g.cause)
+        if short not in c.reasons and len(c.reasons) < 3:
+            c.reasons.append(short)
+        if r.kind == "dimension" and r.detail:
+            c.values.append(r.detail)
+    for text, n in ev.breaks.items():
+        kind = classify_break(text)
+        c = found.setdefault((kind, None, None, text), Cause(kind, None, None, text))
+        c.graphs += n  # each break splits a traced frame: one more graph each time it is traced
+        c.reasons.append(text)
+    if ev.limit_hit:
+        detail = (f"{len(ev.fell_back)} call(s) ran eagerly after the limit" if ev.calls is not None
+                  else "the trace records a compile refused at the limit")
+        c = Cause("limit", None, None, detail)
+        c.reasons = list(ev.limit_lines[:2]) or ["torch._dynamo hit config.recompile_limit"]
+        found[("limit",)] = c
+    order = list(KINDS)
+    return sorted(found.values(), key=lambda c: (c.kind == "limit", -c.graphs, order.index(c.kind)))
+
+
+def diagnosis_key(cs: list[Cause]) -> list[tuple]:
+    """What two diagnoses must share to be "the same": kinds, inputs, dims and graphs per cause."""
+    return sorted((c.kind, c.input, c.dim, c.graphs if c.kind != "limit" else 0) for c in cs)

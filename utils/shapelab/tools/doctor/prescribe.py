@@ -1,0 +1,118 @@
+"""Prescriptions: the change for each cause, as code for the installed PyTorch, and a plan the
+doctor can apply by itself (marks, input transforms, config, padding to buckets)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ...instruments import compat
+from .classify import Cause
+
+
+@dataclass
+class Prescription:
+    """What to change for one cause: code to paste, whether the doctor applies it in the proof, why not."""
+
+    kind: str
+    where: str
+    code: str
+    applied: bool
+    note: str = ""
+
+    def row(self) -> dict:
+        return {"for": self.where, "change": self.code.splitlines()[0] + (" ..." if "\n" in self.code else ""),
+                "applied in the proof": "yes" if self.applied else "no: " + self.note}
+
+
+@dataclass
+class Plan:
+    """What the proof replay applies: marks, per-argument transforms, config and padding."""
+
+    label: str
+    marks: list = field(default_factory=list)  # observe.Mark
+    transforms: dict[int, Callable[[Any], Any]] = field(default_factory=dict)  # arg index -> fn
+    config: dict = field(default_factory=dict)  # torch._dynamo.config patch
+    pad: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)  # (arg, dim) -> buckets
+    predicted: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.marks or self.transforms or self.config or self.pad)
+
+
+def mark_unbacked_code(var: str, dim: int) -> str:
+    """``mark_unbacked`` spelt where this release has it."""
+    where = "torch._dynamo.mark_unbacked" if hasattr(torch._dynamo, "mark_unbacked") else "torch._dynamo.decorators.mark_unbacked"
+    return f"{where}({var}, {dim})"
+
+
+def stance_code() -> str:
+    """The stance advice for after warm-up, for this release."""
+    if not compat.has_set_stance():
+        return "# torch.compiler.set_stance is not in this release: watch the recompile-limit warning instead"
+    return ('torch.compiler.set_stance("fail_on_recompile")   # in tests, after warm-up: a new graph is a bug\n'
+            'torch.compiler.set_stance("eager_on_recompile")  # in production, after warm-up: run a rare shape eagerly')
+
+
+def limit_code(n: int) -> str:
+    if compat.supports_compile_kwarg("recompile_limit"):
+        return f"torch.compile(model, recompile_limit={n})  # only when {n} graphs is what the traffic needs"
+    return f"torch._dynamo.config.{compat.recompile_limit_name()} = {n}  # only when {n} graphs is what the traffic needs"
+
+
+def for_cause(c: Cause, var: str | None, *, unbacked: bool, is_module: bool, scalar_arg: bool) -> Prescription:
+    """The prescription for one cause; ``var`` is the argument's name in the user's code (if known)."""
+    v = var or c.input or "x"
+    if c.input and c.input.startswith("___"):
+        return Prescription(c.kind, c.where, "# fix the graph break first: this input exists only because of it",
+                            False, "it is not one of your inputs")
+    if c.kind == "dimension":
+        if unbacked:
+            return Prescription(c.kind, c.where, f"{mark_unbacked_code(v, c.dim)}  # before the call; sizes 0, 1 and N share one graph\n"
+                                f"torch._check({v}.shape[{c.dim}] >= 1)  # inside the model, if it branches on the size",
+                                var is not None)
+        return Prescription(c.kind, c.where, f"torch._dynamo.mark_dynamic({v}, {c.dim})  # before the first call"
+                            f" (maybe_mark_dynamic if the model may specialise it)", var is not None,
+                            "" if var is not None else "the input is not an argument of the call")
+    if c.kind == "zero_one":
+        return Prescription(c.kind, c.where, f"{mark_unbacked_code(v, c.dim)}  # one graph for sizes 0, 1 and N\n"
+                            f"torch._check({v}.shape[{c.dim}] >= 1)  # where the model branches on it",
+                            var is not None, "" if var is not None else "the input is not an argument of the call")
+    if c.kind == "stride":
+        return Prescription(c.kind, c.where, f"{v} = {v}.contiguous()  # before the call: one layout, one graph",
+                            var is not None, "" if var is not None else "the input is not an argument of the call")
+    if c.kind == "dtype_device":
+        return Prescription(c.kind, c.where, f"{v} = {v}.to(dtype=..., device=...)  # one dtype and device at the boundary"
+                            " (or accept one graph per combination)", False, "changing dtype or device changes results")
+    if c.kind == "global_state":
+        return Prescription(c.kind, c.where, "with torch.no_grad():  # the same grad mode for every call of this model\n"
+                            "    out = model(x)\n# or compile one function for training and one for inference;"
+                            " set torch.set_num_threads once, at start-up", False, "global state is the caller's")
+    if c.kind == "python_value":
+        if "." in c.detail and is_module:
+            return Prescription(c.kind, c.where, "torch._dynamo.config.allow_unspec_int_on_nn_module = True\n"
+                                f"# or keep it as a tensor: self.register_buffer('{c.detail.split('.')[-1]}', torch.tensor(0))",
+                                True)
+        if scalar_arg:
+            return Prescription(c.kind, c.where, f"{v} = torch.tensor({v})  # a 0-d tensor: its value is data, not a guard",
+                                True)
+        return Prescription(c.kind, c.where, f"pass `{c.detail}` as a 0-d tensor (torch.tensor(value)) instead of a Python number",
+                            False, "the value is read from an object the doctor does not own")
+    if c.kind == "identity":
+        return Prescription(c.kind, c.where, "define the function/object once (module level) and pass the same one each call",
+                            False, "which object to keep is the caller's choice")
+    if c.kind == "data_dependent":
+        return Prescription(c.kind, c.where, "torch._dynamo.config.capture_dynamic_output_shape_ops = True  # nonzero, x[mask]\n"
+                            "torch._dynamo.config.capture_scalar_outputs = True  # .item()\n"
+                            "torch._check(n > 0)  # where the model branches on a data-dependent size\n"
+                            "# or the dense rewrite: torch.where(mask[:, None], x, 0).sum(0)", True)
+    if c.kind == "graph_break":
+        return Prescription(c.kind, c.where, "# rewrite the line torch names (torch._dynamo.explain(model)(x) lists them)",
+                            False, "the doctor does not rewrite code")
+    if c.kind == "limit":
+        return Prescription(c.kind, "the limit", "# fix the causes above rather than raise the limit\n"
+                            + limit_code(16) + "\n" + stance_code(), False, "a stance is for after warm-up")
+    return Prescription(c.kind, c.where, "# read the guard: it names what changed", False, "not recognised")
