@@ -15,25 +15,6 @@ def rows_calls(sizes, width=8):
     return [(torch.randn(b, width), torch.randn(b, 1)) for b in sizes]
 
 
-def test_eager_semantics_shows_broadcasting_and_empty_reductions():
-    rows = {r["expression"]: r["eager result"] for r in Z.eager_semantics()}
-    assert rows["(4, 1) + (4, 8)"] == "shape (4, 8)"
-    assert rows["(4, 2) + (4, 8)"].startswith("RuntimeError") and "must match" in rows["(4, 2) + (4, 8)"]
-    assert rows["(0, 3).sum()"] == "tensor(0)"
-    assert rows["(0, 3).max()"].startswith("RuntimeError") and "dim" in rows["(0, 3).max()"]
-    assert "Error" in rows["(0, 3).amax(dim=0)"]
-    assert rows["(0, 3).amax(dim=1)"] == "shape (0,)"
-
-
-def test_broadcast_cases_depend_on_whether_s_is_one():
-    rows = Z.broadcast_cases((0, 1, 2, 8))
-    results = [r["(4, s) + (4, 8)"] for r in rows]
-    assert results[1] == results[3] == "shape (4, 8)"
-    assert results[0].startswith("RuntimeError") and results[2].startswith("RuntimeError")
-    with pytest.raises(ValueError, match="negative"):
-        Z.broadcast_cases((-1,))
-
-
 def test_hatch_config_sets_and_restores_the_fx_flag():
     cfg = torch.fx.experimental._config
     assert cfg.backed_size_oblivious is False
@@ -136,20 +117,6 @@ def test_make_model_and_bad_width():
         Z.make_model(0)
 
 
-def test_serve_bite_batch_four_reuses_and_batch_one_compiles():
-    # width 16, not 8: with batch 8 and width 8, duck sizing would give both one symbol
-    bite = Z.serve_bite(Z.make_model(16), width=16, warm_batch=8, probes=(4, 1), backend="eager", repeats=3)
-    assert bite.compiled == {8: True, 4: False, 1: True}
-    assert bite.record.count == 2 and bite.record.compiles[1].shapes == [(1, 16)]
-    assert all(isinstance(t, Timing) and len(t.samples) == 3 for t in bite.warm.values())
-    assert bite.slowdown(1) > 1
-    assert [r["batch"] for r in bite.rows()] == [8, 4, 1]
-    with pytest.raises(ValueError):
-        Z.serve_bite(Z.make_model(8), width=8, probes=(-1,))
-    with pytest.raises(ValueError, match="threads"):
-        Z.serve_bite(Z.make_model(8), width=8, threads=0)
-
-
 def test_run_bench_panes_and_bad_input():
     panes = Z.run_bench("8, 16", 1, None, "off", "eager", width=8, repeats=2)
     assert set(panes) == {"compiles", "reasons", "latency", "shapes"}
@@ -248,3 +215,76 @@ def test_check_one_graph():
     assert not ok and msg.startswith("compiling raised")
     assert not Z.check_one_graph(None, scale_rows, calls)[0]
     assert "S.Mark" in Z.check_one_graph([0], scale_rows, calls)[1]
+
+
+# --- the lesson notebook: glass box, predictions before answers, the take-home cell -----------------
+
+from pathlib import Path
+
+import nbformat
+
+LESSON = Path(__file__).resolve().parents[1] / "notebooks" / "02_zero_one_specialisation.ipynb"
+
+
+def _cells():
+    return nbformat.read(LESSON, as_version=4).cells
+
+
+def test_lesson_types_the_api_it_teaches():
+    import ast
+
+    code = "\n".join(c.source for c in _cells() if c.cell_type == "code")
+    calls = {ast.unparse(n.func) for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call)}
+    for needed in ("torch.compile", "torch._dynamo.testing.CompileCounter", "torch._logging.set_logs",
+                   "torch._dynamo.mark_dynamic", "torch.fx.experimental._config.patch", "torch.compiler.reset"):
+        assert needed in calls, f"lesson 02 never calls {needed}"
+    names = {ast.unparse(n) for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Attribute)}
+    assert "torch._dynamo.decorators.mark_unbacked" in names
+    assert "size_one_dynamic_note" not in code  # the lesson says what its own run measured
+
+
+def test_every_prompt_comes_before_its_answer():
+    cells = _cells()
+    prompts = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and "> **Predict first.**" in c.source]
+    assert len(prompts) >= 5
+    given_away = ["share a graph; batch 1 does not", "silent specialisation", "one graph must serve",
+                  "will not help", "about a second"]
+    goals = cells[0].source.lower()
+    for phrase in given_away + ["gets its own graph", "compiles separately", "pays for"]:
+        assert phrase not in goals, f"the goals give away {phrase!r}"
+    for i in prompts:
+        start = max(j for j in range(i + 1) if cells[j].cell_type == "markdown" and cells[j].source.startswith("## "))
+        section = "\n".join(c.source for c in cells[start:i + 1] if c.cell_type == "markdown").lower()
+        for phrase in given_away:
+            assert phrase not in section, f"prompt in cell {i}: {phrase!r} stands above it"
+        nxt = next(c for c in cells[i + 1:] if c.cell_type == "code")
+        assert nxt.source.lstrip().startswith("predicted") or "print(" in nxt.source, f"prompt {i}: no predicted cell"
+    predicted_cells = [c for c in cells if c.cell_type == "code" and c.source.lstrip().startswith("predicted = ...")]
+    reveals = sum(c.source.count("S.reveal(") for c in cells if c.cell_type == "code")
+    assert len(predicted_cells) >= 5 and reveals >= len(predicted_cells)
+
+
+def test_expressions_are_printed_before_they_are_evaluated():
+    cells = [c for c in _cells() if c.cell_type == "code"]
+    shown = next(i for i, c in enumerate(cells) if "EXPRESSIONS = [" in c.source)
+    evaluated = next(i for i, c in enumerate(cells) if "eval(expr)" in c.source)
+    assert shown < evaluated and "eval(" not in cells[shown].source
+
+
+def test_takehome_cell_runs_without_shapelab():
+    from takehome import run_takehome
+
+    out = run_takehome(LESSON)
+    counts = {line.split(":")[0].strip(): line.rsplit(":", 1)[1].strip() for line in out.splitlines() if ":" in line}
+    assert counts["default policy, batches 4, 8, 16, 1, 0, 2"] == "[1, 2, 2, 3, 4, 4]"
+    assert counts["dynamic=True,   batches 4, 8, 16, 1, 0, 2"] == "[1, 1, 1, 2, 3, 3]"
+    assert counts["mark_unbacked,  batches 4, 8, 16, 1, 0, 2"] == "[1, 1, 1, 1, 1, 1]"
+    assert counts["warm-up 1, 8, then batches 5, 1, 32, 2"] == "[1, 2, 2, 2, 2, 2]"
+
+
+def test_batch_zero_fails_every_cached_graph_and_the_cause_is_the_symbolic_one():
+    rec = S.observe(lambda x: (x * 2).softmax(-1).sum(-1), S.batches([4, 8, 16, 1, 0], 3))
+    zero = rec.compiles[-1]
+    assert [f.split(":")[0] for f in zero.failures] == ["0/2", "0/1", "0/0"]
+    assert "expected 1, actual 0" in zero.failures[0]  # what the compile metrics keep
+    assert S.short_reason(zero.reason, keep_id=True) == "0/1: 2 <= x.size()[0]"

@@ -1,9 +1,10 @@
-"""Lesson 02, 0/1 specialisation: its experiments, its lab checks and its lab bench.
+"""Lesson 02, 0/1 specialisation: the instruments its page does not type out.
 
-Sizes 0 and 1 change what operations mean (a size-1 dimension broadcasts, a size-0 one
-empties reductions), so Dynamo never lets a symbol stand for them: a batch of 1 gets its own
-graph. This module measures that, times what it costs a service, tries the two escape
-hatches (``mark_unbacked`` and ``backed_size_oblivious``) and checks the lab's answers.
+The lesson types its subject in the open (the eager expressions, ``torch.compile`` with a
+``CompileCounter``, ``mark_dynamic``, ``mark_unbacked``, ``backed_size_oblivious``, the timed
+service). What stays here tabulates and repeats: the served model, the hatch comparison with
+its runtime assertions and warm-call times, the error line, and the lab bench. The lab's
+graders live apart, in ``l02_zero_one_lab``.
 """
 from __future__ import annotations
 
@@ -22,52 +23,6 @@ from ..instruments.observe import ExperimentError, Mark, Observer, Record, as_ar
 from ..instruments.timing import Timing, fmt_seconds, time_call, time_first_call
 
 HATCHES = ("off", "mark_unbacked", "backed_size_oblivious")
-
-
-# --- section 1: what 0 and 1 mean in eager PyTorch --------------------------------------------
-
-def _outcome(thunk: Callable[[], Any]) -> str:
-    """What an eager expression gives: a shape or value, or the first line of its error."""
-    try:
-        out = thunk()
-    except Exception as e:  # the point is to show the error, not to stop
-        first = (str(e).strip().splitlines() or [""])[0]
-        return f"{type(e).__name__}: {first}"
-    if isinstance(out, torch.Tensor):
-        if out.dim() == 0:
-            return f"tensor({out.item():g})"
-        return f"shape {tuple(out.shape)}"
-    if isinstance(out, tuple) and hasattr(out, "values"):  # torch.return_types.max
-        return f"values of shape {tuple(out.values.shape)}"
-    return repr(out)
-
-
-def eager_semantics() -> list[dict]:
-    """Run the expressions that make 0 and 1 special, in eager PyTorch; one row each.
-
-    Broadcasting a size-1 dimension, failing to broadcast a size-2 one, and four reductions
-    over an empty dimension. Errors are caught and shown as their first line.
-    """
-    z = torch.empty(0, 3)
-    cases = [
-        ("(4, 1) + (4, 8)", lambda: torch.ones(4, 1) + torch.ones(4, 8), "size 1 broadcasts"),
-        ("(4, 2) + (4, 8)", lambda: torch.ones(4, 2) + torch.ones(4, 8), "size 2 does not"),
-        ("(0, 3).sum()", lambda: z.sum(), "an empty sum is the identity, 0"),
-        ("(0, 3).max()", lambda: z.max(), "an empty max has no answer"),
-        ("(0, 3).amax(dim=0)", lambda: z.amax(dim=0), "reducing over the empty dimension fails"),
-        ("(0, 3).amax(dim=1)", lambda: z.amax(dim=1), "reducing over a non-empty dimension works"),
-    ]
-    return [{"expression": expr, "eager result": _outcome(fn), "why": why} for expr, fn, why in cases]
-
-
-def broadcast_cases(sizes: Sequence[int] = (0, 1, 2, 8), other: int = 8) -> list[dict]:
-    """The shape of ``(4, s) + (4, other)`` for each ``s``: it depends on whether ``s`` is 1."""
-    rows = []
-    for s in sizes:
-        validate_shape((4, s))
-        result = _outcome(lambda: torch.ones(4, s) + torch.ones(4, other))
-        rows.append({"s": s, f"(4, s) + (4, {other})": result})
-    return rows
 
 
 # --- the escape hatches ---------------------------------------------------------------------
@@ -248,73 +203,10 @@ def make_model(width: int, *, seed: int = 0, device="cpu") -> torch.nn.Module:
     return model.to(device).eval()
 
 
-@dataclass
-class Bite:
-    """One served model's first and warm latencies per batch size, after a warm-up."""
-
-    backend: str
-    warm_batch: int
-    record: Record  # the compiles; requests are timed on the compiled function, outside its call log
-    first: dict[int, float] = field(default_factory=dict)  # batch -> seconds of its first request
-    compiled: dict[int, bool] = field(default_factory=dict)  # batch -> did its first request compile?
-    warm: dict[int, Timing] = field(default_factory=dict)  # batch -> warm requests
-
-    def slowdown(self, batch: int) -> float:
-        """First request's latency over the warm median, for ``batch``."""
-        return self.first[batch] / self.warm[batch].median
-
-    def rows(self) -> list[dict]:
-        """One row per probed batch size, ready for a table."""
-        return [
-            {
-                "batch": b,
-                "first request": fmt_seconds(self.first[b]),
-                "it compiled?": "yes" if self.compiled[b] else "no",
-                "warm request (median)": fmt_seconds(self.warm[b].median),
-                "warm IQR": fmt_seconds(self.warm[b].spread),
-                "first / warm": f"{self.slowdown(b):.0f}×",
-            }
-            for b in self.first
-        ]
-
-
-def serve_bite(model: torch.nn.Module, *, width: int, warm_batch: int = 8, probes: Sequence[int] = (4, 1),
-               backend: str = "aot_eager", dynamic: bool | None = True, repeats: int = 20,
-               device="cpu", threads: int | None = 1) -> Bite:
-    """Warm ``model`` up at ``warm_batch``, then time the first and the warm requests of each probe.
-
-    The warm-up batch's first request is the service's start-up compile. The first request of
-    each batch is timed with ``time_first_call`` (a compile, if there is one, is included);
-    warm requests with ``time_call`` (median and spread). Runs
-    under ``torch.no_grad()``, isolated; Inductor gets a fresh cache so its compile is honest.
-    ``threads``: CPU threads for the experiment (1 keeps timings steady on a shared machine;
-    None leaves torch's setting), restored afterwards. Keep ``width`` different from the batch
-    sizes: under duck sizing, equal sizes share one symbol and a new batch would recompile.
-    """
-    for b in (warm_batch, *probes):
-        validate_shape((b, width))
-    x = lambda b: make_tensor((b, width), device=device, seed=b)  # noqa: E731
-    with isolated(), torch.no_grad():
-        _set_threads(threads)
-        return _serve_bite(model, x, warm_batch, probes, backend, dynamic, repeats, device)
-
-
 def _set_threads(threads: int | None) -> None:
     if threads is not None:
         torch.set_num_threads(validate_count("threads", threads))
 
-
-def _serve_bite(model, x, warm_batch, probes, backend, dynamic, repeats, device) -> Bite:
-    with Observer(model, dynamic=dynamic, backend=backend, fresh_inductor_cache=backend == "inductor") as obs:
-        bite = Bite(backend=backend, warm_batch=warm_batch, record=obs.record)
-        for b in dict.fromkeys((warm_batch, *probes)):  # the warm-up batch first, then each probe once
-            inp = x(b)
-            before = obs.record.count
-            # Both timings call the compiled function itself, so the Observer's bookkeeping is in neither.
-            bite.first[b] = time_first_call(obs.compiled, inp, device=device)
-            bite.compiled[b] = obs.record.count > before
-            bite.warm[b] = time_call(obs.compiled, inp, warmup=2, repeats=repeats, device=device)
-    return bite
 
 
 # --- the lab bench -------------------------------------------------------------------------------
