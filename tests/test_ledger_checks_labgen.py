@@ -34,10 +34,29 @@ def test_checker_reports_records_and_is_strict_when_asked(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     assert "✅ one" in out and "❌ two: compiled 3 times" in out and "ZeroDivisionError" in out
     assert [json.loads(l)["passed"] for l in results.read_text().splitlines()] == [True, False, False]
-    assert loose.summary() == "1 of 3 checks pass."
+    assert loose.summary().splitlines()[0] == "1 of 3 checks pass in their latest attempt."
     with pytest.raises(CheckFailed, match="goal was 1"):
         Checker("lab", strict=True).check("two", False, "the goal was 1")
     assert unanswered(None) and unanswered(...) and not unanswered(0)
+
+
+def test_summary_keeps_an_earlier_pass_in_view(capsys):
+    checker = Checker("lab")
+    for name in ("a", "b", "c", "d"):
+        checker.check(name, True, "fine")
+    assert checker.summary().splitlines()[0] == "4 of 4 checks pass in their latest attempt."
+    checker.check("b", False, "compiled 3 graphs")  # experimenting after a pass
+    checker.check("d", False, "wrong")
+    checker.check("d", True, "fine")
+    lines = checker.summary().splitlines()
+    assert lines[0] == "3 of 4 checks pass in their latest attempt; 4 of 4 have passed at least once."
+    assert lines[2] == "  ❌ b: fails now, passed before (attempt 1 of 2); the latest attempt: compiled 3 graphs"
+    assert lines[4] == "  ✅ d: passes (latest of 3 attempts)"
+    assert [r.name for r in checker.results] == ["a", "b", "c", "d"]  # order kept
+    fresh = Checker("lab")
+    fresh.check("x", False, "no")
+    assert fresh.summary().splitlines()[1] == "  ❌ x: not passed yet (1 attempt)"
+    assert fresh.passed_before("x") is None and checker.passed_before("b") == 1
 
 
 SOLUTION = """x = 1

@@ -93,7 +93,7 @@ def run_nbval(path: Path, **parameters) -> tuple[subprocess.CompletedProcess, nb
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
     env.pop("PYTEST_ADDOPTS", None)
     cmd = [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "nbval_capture", "-p", "no:cacheprovider",
-           "-q", "-o", "addopts=-ra", "--rootdir", str(ROOT), str(path)]
+           "-q", "--color=no", "-o", "addopts=-ra", "--rootdir", str(ROOT), str(path)]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     seconds = time.perf_counter() - start
@@ -124,6 +124,18 @@ def _printed_text(cell) -> str:
 
 def _heading_lines(cell) -> list[str]:
     return [l for l in cell.source.splitlines() if re.match(r"\s{0,3}#{1,6}\s", l)]
+
+
+def failed_cells(nb) -> list[str]:
+    """``"Cell N: ename: evalue"`` for each code cell nbval reported as failed, in order."""
+    out, code = [], [c for c in nb.cells if c.cell_type == "code"]
+    for n, cell in enumerate(code):
+        if cell.metadata.get("shapelab", {}).get("outcome") == "failed":
+            err = next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
+            what = f"{err['ename']}: {err['evalue'][:300]}" if err else "outputs differ or timed out"
+            first = (cell.source.strip().splitlines() or [""])[0][:100]
+            out.append(f"Cell {n} ({first!r}): {what}")
+    return out
 
 
 def giveaway_headings(nb) -> list[str]:
@@ -160,8 +172,12 @@ def giveaway_headings(nb) -> list[str]:
 @pytest.mark.parametrize("path", LESSONS, ids=_id)
 def test_lesson_executes_under_nbval(path):
     proc, nb, seconds = run_nbval(path)
-    assert proc.returncode == 0, f"pytest --nbval-lax {_id(path)} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
-    assert nb is not None, f"nbval ran but no executed copy of {_id(path)} was written (tests/nbval_capture.py)"
+    assert nb is not None, (f"no executed copy of {_id(path)} was written (tests/nbval_capture.py):\n"
+                            f"{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+    failed = failed_cells(nb)
+    assert proc.returncode == 0 and not failed, (
+        f"pytest --nbval-lax {_id(path)} failed; first failing cells (code cell index, as nbval numbers them):\n"
+        + "\n".join(failed[:3]) + f"\n--- nbval's summary:\n{proc.stdout[-1500:]}")
     limit = budget("notebooks")
     slow = sorted(((c.metadata.get("shapelab", {}).get("seconds", 0), k) for k, c in enumerate(nb.cells)
                    if c.cell_type == "code"), reverse=True)[:3]

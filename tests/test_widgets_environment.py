@@ -5,7 +5,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from shapelab import batches, inductor_check, observe, parse_sizes, setup  # noqa: E402
-from shapelab.labkit.widgets import BUSY, DONE, LabBench, dropdown, int_slider, record_panes, text, to_html  # noqa: E402
+from shapelab.labkit.widgets import (BUSY, DONE, LabBench, Steps, dropdown, int_slider, record_panes, text,  # noqa: E402
+                                     to_html)
 
 
 def _bench():
@@ -24,6 +25,7 @@ def _bench():
 def test_bench_runs_and_updates_panes():
     bench, seen = _bench()
     assert bench.click() and bench.status.value == DONE and seen == [None]
+    assert bench.controls["policy"].label == "None"  # the None option is shown, not an empty box
     assert "2 compile(s)" in bench.pane_text("compiles")
     assert "expected 4, actual 8" in bench.pane_text("reasons")
     bench.set(sizes="4, 8, 1", policy=True)
@@ -38,8 +40,70 @@ def test_bench_turns_errors_into_messages_and_stays_usable():
     assert bench.click() is False
     assert "negative" in bench.status.value and not bench.button.disabled
     assert BUSY not in bench.status.value and bench.pane_text("compiles").strip() == "(press Run)"
+    assert "Nothing has run yet" in bench.status.value and not bench.is_stale("compiles")
     bench.set(sizes="2, 3")
     assert bench.click() is True
+
+
+def test_after_an_error_the_panes_say_they_show_the_last_successful_run():
+    bench, _ = _bench()
+    assert bench.click()
+    good = bench.pane_text("compiles")
+    bench.set(sizes="4, oops")
+    assert bench.click() is False
+    assert "still show the last successful run" in bench.status.value
+    for name in bench.panes:
+        assert bench.is_stale(name), name
+        assert "Not updated: the last successful run (sizes='4, 8'" in bench.pane_text(name)
+    assert good.strip() in bench.pane_text("compiles")  # the old figures stay readable, marked
+    bench.set(sizes="2, 3")
+    assert bench.click() and not any(bench.is_stale(n) for n in bench.panes) and bench.status.value == DONE
+
+
+def test_a_clamped_control_is_named_in_the_status_line():
+    bench, _ = _bench()
+    assert bench.click()
+    bench.set(feature=999)  # what the slider does with a typed 999: clamps it to its maximum
+    assert bench.controls["feature"].value == 8
+    assert bench.click()
+    assert "Adjusted: 'features': 999 is outside 1..8, so it was set to 8" in bench.status.value
+    assert bench.click() and bench.status.value == DONE  # said once, not forever
+    bench.controls["feature"].value = 1  # as the front end sends a clamped typed value: only the bound is seen
+    assert bench.click() and "'features' is at its minimum, 1" in bench.status.value
+
+
+def test_run_may_add_a_note_to_the_status_line():
+    bench = LabBench("t", {"n": int_slider("n", 2, 1, 4)}, lambda n: {"out": n, "_note": "sizes sorted"}, ["out"])
+    assert bench.click() and "Adjusted: sizes sorted." in bench.status.value and "_note" not in bench.panes
+
+
+def test_dropdown_shows_none_as_a_selected_label():
+    d = dropdown("dynamic=", [("None (default)", None), ("True", True), ("False", False)])
+    assert d.index == 0 and d.value is None and d.label == "None (default)"
+    d = dropdown("dynamic=", [True, None, False], None)
+    assert d.label == "None" and d.value is None and d.index == 1
+    d = dropdown("backend", ["eager", "inductor"])
+    assert d.value == "eager"
+
+
+def test_long_counts_are_a_step_plot_and_short_ones_are_printed():
+    rec = observe(lambda x: x.sin(), batches([1 + i % 30 for i in range(60)], 3))
+    panes = record_panes(rec)
+    assert isinstance(panes["compiles"], Steps)
+    html_ = to_html(panes["compiles"])
+    assert "<svg" in html_ and "<polyline" in html_ and f"{rec.count} compile(s) over 60 call(s)" in html_
+    assert str(rec.counts) not in html_
+    short = record_panes(observe(lambda x: x.sin(), batches([4, 8], 3)))
+    assert "counts after each call: [1, 2]" in short["compiles"]
+    assert "(no calls)" in to_html(Steps([]))
+
+
+def test_overlapping_tick_labels_are_thinned():
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.bar([f"{1000 + i} µs" for i in range(40)], range(40))
+    to_html(fig)
+    visible = [t for t in ax.get_xticklabels() if t.get_visible()]
+    assert 1 < len(visible) < 40
 
 
 def test_to_html_renders_figures_tables_and_text():
@@ -50,9 +114,9 @@ def test_to_html_renders_figures_tables_and_text():
 
 
 def test_setup_prints_environment_and_inductor_check(capsys):
-    dev = setup("cpu")
+    dev, scale, backend = setup("cpu")
     out = capsys.readouterr().out
-    assert dev.type == "cpu" and torch.__version__ in out and "CPU" in out
+    assert scale == "ci" and dev.type == "cpu" and torch.__version__ in out and "CPU" in out
     check = inductor_check("cpu")
     assert check.ok and check.seconds > 0, check.message
 

@@ -4,6 +4,9 @@
 A failed check prints what is wrong; under ``strict`` it raises ``CheckFailed`` instead of
 going on. When $SHAPELAB_CHECK_RESULTS names a file, every result is appended to it as a
 JSON line, so tests can prove that solutions pass and untouched labs fail every check.
+
+``summary()`` gives, per exercise, the latest result and whether it passed before: a learner who
+experiments after a pass sees "passed on attempt 2, fails now", not a silent "0 of 4".
 """
 from __future__ import annotations
 
@@ -36,12 +39,18 @@ class Checker:
     def __init__(self, lab: str, strict: bool = False):
         self.lab = lab
         self.strict = strict
-        self.results: list[Result] = []
+        self.results: list[Result] = []  # the latest result of each exercise, in first-seen order
+        self.history: dict[str, list[bool]] = {}  # every attempt of each exercise, in order
 
     def check(self, name: str, passed: bool, message: str) -> bool:
         """Report one exercise. ``message`` says what is wrong (or, on success, what was shown)."""
         result = Result(name, bool(passed), message)
-        self.results = [r for r in self.results if r.name != name] + [result]
+        known = [r.name for r in self.results]
+        if name in known:
+            self.results[known.index(name)] = result
+        else:
+            self.results.append(result)
+        self.history.setdefault(name, []).append(result.passed)
         path = os.environ.get(RESULTS_ENV)
         if path:
             with open(path, "a") as fh:
@@ -59,6 +68,28 @@ class Checker:
             passed, message = False, f"your answer raised {type(e).__name__}: {e}"
         return self.check(name, passed, message)
 
+    def passed_before(self, name: str) -> int | None:
+        """The attempt number (1-based) of the last earlier attempt that passed, or None."""
+        earlier = self.history.get(name, [])[:-1]
+        hits = [i + 1 for i, ok in enumerate(earlier) if ok]
+        return hits[-1] if hits else None
+
     def summary(self) -> str:
+        """First line: how many exercises pass in their latest attempt; then one line per exercise."""
         done = sum(r.passed for r in self.results)
-        return f"{done} of {len(self.results)} checks pass."
+        ever = sum(r.passed or self.passed_before(r.name) is not None for r in self.results)
+        head = f"{done} of {len(self.results)} checks pass in their latest attempt"
+        head += "." if ever == done else f"; {ever} of {len(self.results)} have passed at least once."
+        lines = [head]
+        for r in self.results:
+            n = len(self.history.get(r.name, [r.passed]))
+            attempts = f"{n} attempt{'s' if n != 1 else ''}"
+            before = self.passed_before(r.name)
+            if r.passed:
+                lines.append(f"  ✅ {r.name}: passes (latest of {attempts})")
+            elif before is not None:
+                lines.append(f"  ❌ {r.name}: fails now, passed before (attempt {before} of {n}); "
+                             f"the latest attempt: {r.message}")
+            else:
+                lines.append(f"  ❌ {r.name}: not passed yet ({attempts})")
+        return "\n".join(lines)
