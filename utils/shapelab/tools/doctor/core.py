@@ -148,8 +148,8 @@ def replay(model, calls: Sequence[Call], *, backend: str = "eager", plan: Plan |
 
 
 def _mark_attrs(t: torch.Tensor) -> dict:
-    return {k: copy.copy(v) for k, v in getattr(t, "__dict__", {}).items()
-            if k.startswith("_dynamo_") or k == "_has_dynamo_dim_marking"}
+    """The Python attributes on a tensor object, where torch keeps its marks (``_dynamo_*``, ``_specialize_on``)."""
+    return {k: copy.copy(v) for k, v in getattr(t, "__dict__", {}).items()}
 
 
 @contextlib.contextmanager
@@ -330,10 +330,13 @@ def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", 
         sizes = observed.get((i, c.dim), []) if i is not None else []
         unbacked = c.kind == "zero_one" or (c.kind == "dimension" and any(n in (0, 1) for n in sizes))
         p = for_cause(c, var, unbacked=unbacked, is_module=is_module, scalar_arg=scalar_arg)
+        if c.kind == "dimension" and any(o.kind == "zero_one" and (o.input, o.dim) == (c.input, c.dim) for o in cs):
+            p.applied, p.note = False, "the 0/1 prescription for the same dimension covers it"
+            p.code = "# see the 0/1 prescription for this dimension: mark_unbacked covers sizes 0, 1 and N"
         rx.append(p)
         if not p.applied:
             continue
-        if c.kind in ("dimension", "zero_one") and i is not None:
+        if c.kind in ("dimension", "zero_one") and i is not None and p.applied:
             dyn_dims[(i, c.dim)] = "unbacked" if unbacked else "dynamic"
         elif c.kind == "stride" and i is not None:
             plan.transforms[i] = lambda t: t.contiguous()

@@ -1,0 +1,167 @@
+"""The recompile doctor: it names each planted cause, its prescription reaches the predicted count
+with outputs unchanged, a TORCH_TRACE gives the same diagnosis, and the shell tool fails clearly."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from shapelab.tools.doctor import Call, DoctorError, diagnose, diagnose_trace, diagnosis_key
+from shapelab.tools.doctor.__main__ import main
+from shapelab.tools.doctor.classify import classify_reason
+
+
+def pointwise(x):
+    return x * 2 + 1
+
+
+def scaled(x, s):
+    return x * s
+
+
+def apply(x, fn):
+    return fn(x)
+
+
+def positives(x):
+    return x[x > 0].sum() * 2
+
+
+class Stepper(torch.nn.Module):
+    """Reads an int attribute it increments: one graph per value, as people write step counters."""
+
+    def __init__(self):
+        super().__init__()
+        self.step = 0
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        self.step += 1
+        return self.lin(x) * self.step
+
+
+def proven(d):
+    """The replay with the prescription: graphs equal the prediction, outputs unchanged."""
+    fixed = d.runs[1]
+    assert fixed.compiles == fixed.predicted, (fixed.compiles, fixed.predicted, fixed.notes)
+    assert fixed.same is True
+    return fixed
+
+
+@pytest.mark.parametrize("kind, fn, calls, before, after", [
+    ("dimension", pointwise, [torch.randn(n, 3) for n in (4, 8, 16, 5)], 2, 1),
+    ("zero_one", pointwise, [torch.randn(n, 3) for n in (4, 8, 1, 16)], 3, 1),
+    ("stride", pointwise, [torch.randn(4, 6), torch.randn(6, 4).t(), torch.randn(4, 6)], 2, 1),
+    ("python_value", scaled, [(torch.randn(4), k) for k in (2, 3, 4, 5)], 2, 1),
+    ("data_dependent", positives, [torch.randn(n) for n in (5, 7, 9)], 4, 1),
+])
+def test_names_the_cause_and_the_fix_reaches_the_predicted_count(kind, fn, calls, before, after):
+    d = diagnose(fn, calls)
+    assert kind in d.kinds
+    assert d.evidence.count == before
+    assert proven(d).compiles == after
+    assert any(c.reasons for c in d.causes)  # the evidence is torch's own text
+
+
+def test_module_attribute_value():
+    d = diagnose(Stepper(), [torch.randn(2, 3)] * 5)
+    c = d.causes[0]
+    assert (c.kind, c.detail, c.graphs) == ("python_value", "self.step", 4)
+    assert "allow_unspec_int_on_nn_module" in d.prescriptions[0].code
+    assert proven(d).compiles == 2  # the first value is specialised, then symbolic
+
+
+@pytest.mark.parametrize("kind, fn, calls", [
+    ("dtype_device", pointwise, [torch.randn(4, 3), torch.randn(4, 3).double()]),
+    ("global_state", pointwise, [Call(torch.randn(4, 3, requires_grad=True)),
+                                 Call(torch.randn(4, 3, requires_grad=True), grad=False)]),
+    ("identity", apply, [(torch.randn(3), lambda t: t + 1), (torch.randn(3), lambda t: t + 2)]),
+])
+def test_names_causes_it_does_not_fix_by_itself(kind, fn, calls):
+    d = diagnose(fn, calls)
+    assert d.kinds == [kind]
+    assert d.causes[0].graphs == 1
+    assert not d.prescriptions[0].applied and d.prescriptions[0].note  # says why not
+
+
+def test_limit_reached_and_buckets_under_a_budget():
+    calls = [torch.randn(n) for n in range(2, 14)]
+    d = diagnose(pointwise, calls, dynamic=False)
+    assert {"dimension", "limit"} <= set(d.kinds)
+    assert d.evidence.fell_back and d.runs[0].compiles == 8
+    assert proven(d).compiles == 1
+    padded = d.runs[2]
+    assert padded.label == "padded to buckets" and padded.compiles == padded.predicted <= 8
+    assert padded.same is True and d.buckets["boundaries"][-1] == 13
+    assert padded.evidence.fell_back == []
+
+
+def test_budget_and_waste_reported():
+    d = diagnose(pointwise, [torch.randn(n, 2) for n in range(2, 30, 3)], budget=3)
+    b = d.buckets
+    assert len(b["boundaries"]) <= 3 and b["mean padding"] > 0
+    assert d.runs[-1].compiles == d.runs[-1].predicted <= 3
+
+
+def test_classifier_reads_torch_texts():
+    assert classify_reason("0/0: tensor 'x' size mismatch at index 1. expected 16, actual 32").dim == 1
+    assert classify_reason("0/1: 2 <= x.size()[0]  # f (... 0/1 specialization ...)").kind == "zero_one"
+    assert classify_reason("0/0: GLOBAL_STATE changed: grad_mode ").kind == "global_state"
+    assert classify_reason("0/0: ___check_obj_id(fn.__code__, 1), type=<class 'code'>").kind == "identity"
+    assert classify_reason("0/0: c.k == 2   # x").kind == "python_value"
+    assert classify_reason("0/0: something new").kind == "other"
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(DoctorError, match="no inputs"):
+        diagnose(pointwise, [])
+    with pytest.raises(DoctorError, match="fails in eager.*call 1"):
+        diagnose(lambda x: x @ x, [torch.randn(3, 3), torch.randn(3, 4)])
+    with pytest.raises(DoctorError, match="not a TORCH_TRACE"):
+        diagnose_trace(__file__)
+
+
+def test_user_marks_are_left_as_found():
+    x = torch.randn(4, 3)
+    torch._dynamo.mark_static(x, 1)
+    before = dict(x.__dict__)
+    diagnose(pointwise, [x, torch.randn(8, 3), torch.randn(1, 3)])
+    assert x.__dict__.keys() == before.keys()
+
+
+MODEL = '''
+import torch
+from shapelab.tools.doctor import Call
+def f(x, s):
+    return (x * s)[x.sum(1) > -100].sum(0) * 2
+def calls():
+    return [(torch.randn(n, 3), k) for n, k in ((4, 2), (8, 2), (1, 3), (16, 4))] + [
+        Call(torch.randn(5, 3).double(), 4, grad=False)]
+'''
+
+
+def test_trace_gives_the_same_diagnosis_as_the_live_replay(tmp_path):
+    src = tmp_path / "model.py"
+    src.write_text(MODEL)
+    out = tmp_path / "report.md"
+    rc = main(["--model", f"{src}:f", "--inputs", f"{src}:calls", "--no-prove", "--out", str(out),
+               "--record-trace", str(tmp_path / "trace")])
+    assert rc == 0 and "# Recompile doctor" in out.read_text()
+    ns = {}
+    exec(MODEL, ns)
+    live = diagnose(ns["f"], ns["calls"](), prove=False)
+    traced = diagnose_trace(tmp_path / "trace")
+    assert diagnosis_key(traced.causes) == diagnosis_key(live.causes)
+    assert {"dimension", "zero_one", "python_value", "global_state", "data_dependent"} <= set(live.kinds)
+
+
+def test_shell_help_and_exit_status(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "shapelab.tools.doctor", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "--trace" in done.stdout and "exit status" in done.stdout.lower()
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\ndef f(x):\n    raise ValueError('boom')\n")
+    assert main(["--model", f"{bad}:f", "--shapes", "2x2"]) == 2
+    assert main(["--model", f"{bad}:f"]) == 2  # no inputs
+    assert main(["--trace", str(tmp_path)]) == 2  # not a trace
+    assert main(["--model", f"{bad}:nothing", "--shapes", "2"]) == 2
+    assert main(["--model", f"{bad}:f", "--shapes", "two"]) == 2
