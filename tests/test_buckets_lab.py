@@ -1,4 +1,8 @@
-"""Lesson 04's library: measured bucketing, break-even, masking, the bench, the lab checks."""
+"""Lesson 04: its helpers (tables, pictures, bench), its take-home cell, and lab 04's graders against wrong answers."""
+
+import math
+import time
+from pathlib import Path
 
 import matplotlib
 
@@ -8,6 +12,8 @@ import torch  # noqa: E402
 
 from shapelab import bucket_stats, bucketer, request_lengths  # noqa: E402
 from shapelab.lessons import l04_buckets as B  # noqa: E402
+from shapelab.lessons import l04_buckets_lab as G  # noqa: E402
+from takehome import run_takehome  # noqa: E402
 from shapelab.instruments.bucketing import STRATEGIES  # noqa: E402
 
 
@@ -34,93 +40,26 @@ def test_computed_rows_show_the_source_and_its_off_by_ones():
         B.closed_form("pow2", 10.5)
 
 
-# --- measured ------------------------------------------------------------------------------------
-
-def test_measured_compiles_and_waste_agree_with_the_formulas():
-    L, k = 16, 4
-    traffic = {"lognormal": request_lengths(40, L, "lognormal", seed=1)}
-    runs = [B.measure_strategy(s, L, k, traffic=traffic) for s in STRATEGIES]
-    rows = {r["strategy"]: r for r in B.measured_rows(runs)}
-    for s in ("exact", "pad_to_max", "pow2", "multiple"):
-        assert rows[B.label(s, k)]["agree"] == "yes"
-    sym = rows["dynamic (symbolic)"]
-    assert sym["measured"] == 2 and sym["agree"] == "NO"  # length 1 gets its own graph
-    for r in runs:  # padded tokens read from the shapes that ran = the arithmetic
-        bill = r.traffic["lognormal"]
-        assert bill.padded_tokens == bucket_stats(r.strategy, traffic["lognormal"], L, k).padded_tokens
-        assert bill.requests == 40 and bill.mean_waste >= 0 and 0 <= bill.waste_share < 1
-        assert r.compiles == r.record.count and not r.record.fell_back
-    assert {row["traffic"] for row in B.traffic_rows(runs)} == {"lognormal"}
+def test_compare_rows_say_where_measurement_and_closed_form_agree():
+    rows = {r["strategy"]: r for r in B.compare_rows({"pow2": 6, "symbolic": 2}, {"pow2": 15, "symbolic": 0}, 32, 8)}
+    assert rows["powers of two"]["agree"] == "yes" and rows["powers of two"]["graphs: closed form"] == 6
+    assert rows["dynamic (symbolic)"]["agree"] == "NO"  # length 1 gets its own graph
 
 
-def test_bill_counts_tokens_and_worst_cases():
-    bill = B.Bill()
-    bill.add(3, 4)
-    bill.add(5, 8)
-    assert (bill.tokens, bill.padded_tokens, bill.worst_waste, bill.sizes) == (8, 12, 3, {4, 8})
-    assert bill.mean_waste == 2 and bill.waste_share == pytest.approx(1 / 3) and bill.worst_ratio == 1.6
-    assert B.Bill().mean_waste == 0 and B.Bill().waste_share == 0
+# --- padded inputs -------------------------------------------------------------------------------
 
-
-def test_limit_experiment_falls_back_after_eight_graphs():
-    sizes, rec = B.limit_experiment(1024, "pow2")
-    assert sizes == [2 ** i for i in range(11)]
-    assert rec.counts == [1, 2, 3, 4, 5, 6, 7, 8, 8, 8, 8] and rec.fell_back == [8, 9, 10]
-    assert rec.warnings and "recompile_limit" in rec.warnings[0]
-    _, raised = B.limit_experiment(1024, "pow2", limit=11)
-    assert raised.count == 11 and not raised.fell_back
-
-
-def test_bucketing_alone_does_not_reduce_compiles_under_the_default_policy():
-    lengths = [5, 9, 17, 3, 30, 12, 7, 25]
-    recs = B.policy_records(lengths, 32)
-    assert recs["exact lengths, dynamic=None"].count == recs["powers of two, dynamic=None"].count == 2
-    buckets = len({bucketer("pow2", 32)(n) for n in lengths})
-    assert recs["powers of two, dynamic=False"].count == recs["powers of two, mark_static(x, 1)"].count == buckets
-
-
-def test_a_python_int_length_defeats_the_buckets():
-    lengths = [9, 11, 13, 17, 20, 30]
-    recs = B.int_vs_mask(lengths, 32)
-    assert recs["length as a Python int"].count == len(lengths)
-    assert recs["length as a mask tensor"].count == 2
-    assert any("n ==" in r for r in recs["length as a Python int"].reasons)
-
-
-def test_replay_buckets_compiles_one_graph_per_bucket_used():
-    lengths = [3, 9, 17, 40, 12, 3, 64]
-    rec = B.replay_buckets([8, 16, 32, 64], lengths, 64)
-    assert rec.count == 4 and not rec.fell_back
-    many = B.replay_buckets(list(range(1, 65)), list(range(1, 11)), 64)
-    assert many.count == 8 and len(many.fell_back) == 2
-    with pytest.raises(ValueError, match="include 64"):
-        B.replay_buckets([8, 16], lengths, 64)
-
-
-# --- masking -------------------------------------------------------------------------------------
-
-def test_masked_attention_equals_the_unpadded_computation_and_plain_attention_does_not():
-    pad = bucketer("pow2", 20)
-    ok, msg = B.padding_agrees(B.masked_attention, B.attention, range(1, 21), pad)
-    assert ok, msg
-    ok, msg = B.padding_agrees(lambda x, m: B.attention(x), B.attention, range(1, 21), pad)
-    assert not ok and "differs" in msg
-    x = torch.randn(2, 5, 3)
-    out = B.masked_attention_by_int(B.pad_to(x, 8), 5)
-    assert torch.allclose(out[:, :5], B.attention(x), atol=1e-6) and out[:, 5:].abs().max() == 0
-    assert torch.allclose(B.masked_mean(B.pad_to(x, 8), B.length_mask([5, 5], 8)), B.mean_over_tokens(x), atol=1e-6)
-
-
-def test_padding_helpers_reject_bad_input():
+def test_padded_inputs_and_masked_attention():
     assert B.length_mask([2, 3], 4).tolist() == [[True, True, False, False], [True, True, True, False]]
     x, mask = B.padded_inputs(3, 8, features=2, batch=2, seed=0)
     assert x.shape == (2, 8, 2) and mask.sum().item() == 6 and x[:, 3:].abs().max() == 0
+    out = B.masked_attention(x, mask)
+    real = x[:, :3]
+    ref = (real @ real.transpose(-1, -2) * 2 ** -0.5).softmax(-1) @ real
+    assert torch.allclose(out[:, :3], ref, atol=1e-6) and out[:, 3:].abs().max() == 0
     with pytest.raises(ValueError, match="does not fit"):
         B.length_mask([9], 8)
     with pytest.raises(ValueError, match="does not fit"):
-        B.pad_to(torch.zeros(1, 9, 2), 8)
-    with pytest.raises(ValueError, match="batch, length, features"):
-        B.pad_to(torch.zeros(9, 2), 16)
+        B.padded_inputs(9, 8)
     with pytest.raises(ValueError, match="at least 1"):
         B.padded_inputs(0, 8)
     with pytest.raises(TypeError, match="whole number"):
@@ -138,49 +77,20 @@ def test_frontier_points_pareto_and_plots():
     assert front[0]["label"] == "pad to max" and front[-1]["label"] == "exact shapes"
     dominated = {"label": "bad", "compiles": 999, "waste_share": 0.99}
     assert dominated not in B.pareto(pts + [dominated])
-    for fig in (B.plot_frontier(pts, B.optimal_frontier(lengths, 256, range(1, 5)), highlight="powers of two"),
-                B.plot_waste_per_length(256, 16)):
-        assert fig.axes and fig.axes[0].get_xlabel()
+    fig, optimal = B.frontier_figure({"uniform": lengths, "again": lengths}, 256, range(1, 9))
+    assert len(fig.axes) == 2 and [o["budget"] for o in optimal["uniform"]] == list(range(1, 9))
+    assert optimal["uniform"][7]["waste_share"] <= bucket_stats("multiple", lengths, 256, 32).waste_fraction
+    costs = B.plot_costs({"a": 3, "b": 1}, {"a": 1.0, "b": 2.0}, {"a": 1e-4, "b": 2e-4}, max_requests=1e6)
+    assert costs.axes[0].get_yscale() == "log" and len(costs.axes[0].lines) == 2
+    assert B.plot_waste_per_length(256, 16).axes[0].get_xlabel()
 
 
-# --- when does it pay ----------------------------------------------------------------------------
-
-def test_break_even_and_cheapest():
-    exact = B.PolicyCost("exact", graphs=100, compile_s=2.0, per_request_s=0.001)
-    dyn = B.PolicyCost("dynamic", graphs=1, compile_s=2.0, per_request_s=0.0011)
-    buckets = B.PolicyCost("buckets", graphs=8, compile_s=2.0, per_request_s=0.0013)
-    assert exact.total(1000) == pytest.approx(201.0)
-    assert B.break_even(exact, dyn) == pytest.approx(198 / 0.0001)
-    assert B.break_even(dyn, exact) == pytest.approx(198 / 0.0001)
-    assert B.break_even(dyn, buckets) is None  # dyn is cheaper up front and per request
-    assert B.break_even(dyn, dyn) == 0.0
-    assert B.cheapest([exact, dyn, buckets], 10).name == "dynamic"
-    assert B.cheapest([exact, dyn, buckets], 10 ** 8).name == "exact"
-    rows = {r["pair"]: r for r in B.break_even_rows([exact, dyn, buckets])}
-    assert rows["exact vs dynamic"] == {"pair": "exact vs dynamic", "cheaper at first": "dynamic",
-                                        "then": "exact from 1,980,000 requests on"}
-    assert rows["dynamic vs buckets"]["then"] == "stays cheaper"
-    assert rows["exact vs buckets"]["cheaper at first"] == "buckets"
-    assert B.plot_costs([exact, dyn], max_requests=1e6).axes[0].get_yscale() == "log"
-    with pytest.raises(ValueError, match="negative"):
-        exact.total(-1)
-    with pytest.raises(ValueError, match="no policies"):
-        B.cheapest([], 5)
-
-
-def test_measure_policy_costs_times_three_graphs():
-    m = B.measure_policy_costs(20, 32, batch=2, width=8, backend="eager", repeats=3, inner=1)
-    assert m.compiles["static"] == 2 and m.compiles["dynamic"] == 1
-    assert "s" in str(m.compiles["dynamic graph"])  # the length is a symbol in the dynamic graph
-    assert m.first_compile_s > 0 and m.static_compile_s > 0 and m.dynamic_compile_s > 0
-    assert m.dynamic_penalty > 0 and m.padding_cost > 0 and len(m.rows()) == 4
-    pol = m.policies({"exact": 10, "buckets": 3, "dynamic": 1})
-    assert [p.name for p in pol] == ["exact shapes", "buckets", "dynamic"] and pol[0].graphs == 10
-    with pytest.raises(ValueError, match="at least the length"):
-        B.measure_policy_costs(40, 32, backend="eager")
+def test_serving_block_zeroes_padded_rows():
     block = B.ServingBlock(8)
     x, mask = B.padded_inputs(3, 4, features=8, batch=1, seed=0)
     assert block(x, mask)[:, 3:].abs().max() == 0
+    with pytest.raises(ValueError, match="at least 1"):
+        B.ServingBlock(0)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the allocator experiment needs a CUDA GPU")
@@ -227,56 +137,187 @@ def test_run_bench_rejects_bad_values_with_a_message():
     assert bench.click()
 
 
-# --- lab checks ----------------------------------------------------------------------------------
+# --- the take-home cell -------------------------------------------------------------------------
 
-def test_check_bucket_function_names_the_first_wrong_length():
-    good = lambda n, L: min(1 << (n - 1).bit_length(), L)  # noqa: E731
-    assert B.check_bucket_function(good, "pow2", [(64,), (100,)])[0]
-    uncapped = lambda n, L: 1 << (n - 1).bit_length()  # noqa: E731
-    ok, msg = B.check_bucket_function(uncapped, "pow2", [(100,)])
-    assert not ok and "past L = 100" in msg
-    ok, msg = B.check_bucket_function(lambda n, L: None, "pow2", [(8,)])
+def test_takehome_cell_counts_graphs_without_the_course():
+    out = run_takehome(Path(__file__).resolve().parents[1] / "notebooks" / "04_bucketing.ipynb")
+    got = dict(line.split(": ", 1) for line in out.strip().splitlines())
+    assert int(got["graphs, exact lengths"]) == int(got["distinct lengths"]) > 20
+    assert int(got["graphs, powers of two"]) == int(got["buckets used"]) <= 6
+    assert got["same answer with padding"] == "True"
+
+
+# --- lab 04's graders: right answers pass, plausible wrong ones fail, no answer printed -----------
+
+def pow2_right(n, L, smallest):
+    return min(max(1 << (n - 1).bit_length(), smallest), L)
+
+
+def multiple_right(n, k, L):
+    return min(-(-n // k) * k, L)
+
+
+def masked_mean_right(x, mask):
+    w = mask[..., None].to(x.dtype)
+    return (x * w).sum(1) / w.sum(1)
+
+
+def test_bucket_function_checks_reject_off_by_ones_floors_caps_and_floats():
+    assert G.check_pow2_bucket(pow2_right)[0] and G.check_multiple_bucket(multiple_right)[0]
+    cases = [(64, 16), (100, 1)]
+    wrong = {
+        "below the smallest bucket": lambda n, L, s: min(1 << (n - 1).bit_length(), L),  # ignores the floor
+        "past L": lambda n, L, s: max(1 << (n - 1).bit_length(), s),  # no cap
+        "a smaller allowed bucket": lambda n, L, s: min(max(1 << n.bit_length(), s), L),  # off by one: 4 -> 8
+        "return an int": lambda n, L, s: float(pow2_right(n, L, s)),
+    }
+    for what, fn in wrong.items():
+        ok, msg = G.check_pow2_bucket(fn, cases)
+        assert not ok and what in msg, (what, msg)
+    ok, msg = G.check_multiple_bucket(lambda n, k, L: min((n // k + 1) * k, L), [(8, 64)])  # off by one at multiples
+    assert not ok and "a smaller multiple of 8" in msg and "multiple_bucket(n=8, k=8, L=64)" in msg
+    ok, msg = G.check_multiple_bucket(lambda n, k, L: -(-n // k) * k, [(128, 1000)])
+    assert not ok and "past L" in msg
+    ok, msg = G.check_multiple_bucket(lambda n, k, L: None, [(8, 64)])
     assert not ok and "returned None" in msg
-    ok, msg = B.check_bucket_function(lambda n, k, L: n / k * k, "multiple", [(4, 16)])
-    assert not ok and "float" in msg
-    ok, msg = B.check_bucket_function(lambda n, k, L: (n // k + 1) * k, "multiple", [(4, 16)])
-    assert not ok and "expected 4" in msg
-    good_m = lambda n, k, L: min(-(-n // k) * k, L)  # noqa: E731
-    assert B.check_bucket_function(good_m, "multiple", [(4, 16), (128, 1000)])[0]
 
 
-def test_check_masked_function_catches_wrong_answers_and_per_length_graphs():
-    assert B.check_masked_function(B.masked_mean, 16)[0]
-    ok, msg = B.check_masked_function(lambda x, m: x.mean(1), 16)
-    assert not ok and "differs" in msg
-    ok, msg = B.check_masked_function(lambda x, m: None, 8)
-    assert not ok and "None" in msg
+def test_answers_from_the_course_library_are_refused():
+    import shapelab as S
+    from shapelab.instruments.bucketing import optimal_buckets
 
-    def by_item(x, m):
-        n = int(m[0].sum())
-        return x[:, :n].mean(1)
-    ok, msg = B.check_masked_function(by_item, 8)
-    assert not ok and ("graph breaks" in msg or "compiled" in msg)
+    ok, msg = G.check_pow2_bucket(lambda n, L, s: max(S.next_pow2(n, L), s))
+    assert not ok and "course library (S)" in msg
+
+    def helper(n, k, L):  # the shortcut one step removed, in a helper of the learner's own
+        return S.next_multiple(n, k, L)
+
+    ok, msg = G.check_multiple_bucket(lambda n, k, L: helper(n, k, L))
+    assert not ok and "course library" in msg
+    ok, msg = G.check_choose_buckets(lambda lengths, L, b: list(optimal_buckets(lengths, L, b)), [3, 5, 64], 64, 8,
+                                     [64], 1.0)
+    assert not ok and "optimal_buckets" in msg
+
+    def via_import(lengths, L, b):
+        import shapelab.instruments.bucketing as bk
+        return list(bk.optimal_buckets(lengths, L, b))
+
+    assert not G.check_choose_buckets(via_import, [3, 5, 64], 64, 8, [64], 1.0)[0]
+    assert G.library_calls(pow2_right) == [] and G.library_calls(masked_mean_right) == []
 
 
-def test_check_bucket_choice_against_the_optimum():
-    lengths = request_lengths(300, 128, "lognormal", seed=4)
-    best = list(B.optimal_buckets(lengths, 128, 8))
-    assert B.check_bucket_choice(best, lengths, 128)[0]
-    ok, msg = B.check_bucket_choice([16 * i for i in range(1, 9)], lengths, 128)
-    assert not ok and "wasted tokens per request" in msg
-    assert not B.check_bucket_choice(None, lengths, 128)[0]
-    ok, msg = B.check_bucket_choice(list(range(1, 129)), lengths, 128)
-    assert not ok and "budget is 8" in msg
+def test_masked_mean_check_catches_an_ignored_mask_with_non_zero_padding():
+    assert G.check_masked_mean(masked_mean_right, 16, seed=0)[0]
+    # right with zero padding, wrong with 7s: divides by the real count but sums the padding too
+    ok, msg = G.check_masked_mean(lambda x, m: x.sum(1) / m.sum(1, keepdim=True), 16, seed=0)
+    assert not ok and "padding holds" in msg and "s (" in msg
+    ok, msg = G.check_masked_mean(lambda x, m: x.mean(1), 16, seed=0)
+    assert not ok and "padding" in msg
+    ok, msg = G.check_masked_mean(lambda x, m: None, 16, seed=0)
+    assert not ok and "not a tensor" in msg
+
+    def by_int(x, m):  # right values, but a Python int per row: a graph break and graphs per length
+        return torch.stack([x[r, :int(m[r].sum())].mean(0) for r in range(x.shape[0])])
+
+    ok, msg = G.check_masked_mean(by_int, 16, seed=0)
+    assert not ok and "not one graph per padded size" in msg
 
 
-def test_check_policy_choice():
-    pol = [B.PolicyCost("exact", 50, 1.0, 1e-4), B.PolicyCost("dynamic", 1, 1.0, 1.2e-4),
-           B.PolicyCost("buckets", 7, 1.0, 1.5e-4)]
-    right = lambda n, ps: min(ps, key=lambda p: p.graphs * p.compile_s + n * p.per_request_s).name  # noqa: E731
-    assert B.check_policy_choice(right, pol)[0]
-    ok, msg = B.check_policy_choice(lambda n, ps: "exact", pol)
-    assert not ok and "'dynamic' takes" in msg
-    ok, msg = B.check_policy_choice(lambda n, ps: "fastest", pol)
-    assert not ok and "the names are" in msg
-    assert len(B.policy_scenarios(pol)) == 33
+def dp_buckets(lengths, L, budget):
+    """A learner's own search, in plain Python: least waste with at most ``budget`` buckets, the last at L."""
+    values = sorted(set(lengths) | {L})
+    count = {v: lengths.count(v) for v in values}
+    n_before, t_before = [0], [0]
+    for v in values:
+        n_before.append(n_before[-1] + count[v])
+        t_before.append(t_before[-1] + count[v] * v)
+
+    def waste(i, j):
+        return values[j] * (n_before[j + 1] - n_before[i]) - (t_before[j + 1] - t_before[i])
+
+    m = len(values)
+    best, back = [[waste(0, j) for j in range(m)]], [[None] * m]
+    for _ in range(2, budget + 1):
+        row, brow = [math.inf] * m, [None] * m
+        for j in range(m):
+            for i in range(j):
+                if best[-1][i] + waste(i + 1, j) < row[j]:
+                    row[j], brow[j] = best[-1][i] + waste(i + 1, j), i
+        best.append(row)
+        back.append(brow)
+    b = min(range(len(best)), key=lambda b: best[b][m - 1])
+    chosen, j = [], m - 1
+    while j is not None:
+        chosen.append(values[j])
+        j, b = back[b][j], b - 1
+    return sorted(chosen)
+
+
+def test_choose_buckets_check_recomputes_the_waste_that_justifies_the_choice():
+    from shapelab.instruments.bucketing import expected_waste
+
+    sample = request_lengths(200, 128, "lognormal", seed=4)
+    mine = dp_buckets(sample, 128, 8)
+    waste = expected_waste(mine, sample, 128)
+    hidden = [(request_lengths(150, 100, "uniform", seed=1), 100, 3, "a hidden sample")]
+    assert G.check_choose_buckets(dp_buckets, sample, 128, 8, mine, waste, hidden)[0]
+    ok, msg = G.check_choose_buckets(dp_buckets, sample, 128, 8, mine, round(waste) + 5, hidden)  # a typed-in number
+    assert not ok and "my_waste is not the mean wasted tokens" in msg and f"{waste:.2f}" not in msg
+    ok, msg = G.check_choose_buckets(dp_buckets, sample, 128, 8, [16 * i for i in range(1, 9)], waste, hidden)
+    assert not ok and "not what your choose_buckets gives" in msg  # a choice that the search did not make
+    uniform = lambda lengths, L, b: [L * i // b for i in range(1, b + 1)]  # noqa: E731 - a fixed rule, not the best
+    ok, msg = G.check_choose_buckets(uniform, sample, 128, 8, mine, waste, hidden)
+    assert not ok and "waste more tokens per request than the best set" in msg
+    ok, msg = G.check_choose_buckets(lambda lengths, L, b: [L // 2], sample, 128, 8, mine, waste, hidden)
+    assert not ok and "include 100" in msg
+    ok, msg = G.check_choose_buckets(lambda lengths, L, b: dp_buckets(lengths, L, b + 1), sample, 128, 8, mine, waste,
+                                     hidden)  # over budget by one
+    assert not ok and "budget is 3" in msg
+
+
+def test_timer_check_re_measures_and_rejects_typed_in_numbers_and_counted_compiles():
+    def right(fn, *args):
+        fn(*args)
+        samples = []
+        for _ in range(9):
+            start = time.perf_counter()
+            fn(*args)
+            samples.append(time.perf_counter() - start)
+        return sorted(samples)[4]
+
+    def with_compile(fn, *args):  # the first call (the compile) averaged in
+        start = time.perf_counter()
+        for _ in range(10):
+            fn(*args)
+        return (time.perf_counter() - start) / 10
+
+    assert G.check_per_request_seconds(right)[0]
+    ok, msg = G.check_per_request_seconds(with_compile)
+    assert not ok and "first call" in msg
+    ok, msg = G.check_per_request_seconds(lambda fn, *a: 0.005)  # typed in
+    assert not ok and ("far" in msg or "same number" in msg)
+    ok, msg = G.check_per_request_seconds(lambda fn, *a: None)
+    assert not ok and "returned None" in msg
+
+
+def test_policy_check_recomputes_the_choice_and_its_seconds():
+    base = [G.Policy("exact", 50, 1.0, 1e-4), G.Policy("dynamic", 1, 1.0, 1.2e-4), G.Policy("buckets", 7, 1.0, 1.5e-4)]
+
+    def right(n, ps):
+        totals = {p.name: p.graphs * p.compile_s + n * p.per_request_s for p in ps}
+        name = min(totals, key=totals.get)
+        return name, totals[name]
+
+    assert G.check_choose_policy(right, base)[0]
+    ok, msg = G.check_choose_policy(lambda n, ps: ("exact", right(n, ps)[1]), base)  # a fixed choice
+    assert not ok and ("not the cheapest" in msg or "not what its graphs" in msg)
+    ok, msg = G.check_choose_policy(lambda n, ps: (right(n, ps)[0], 1.0), base)  # the name without its number
+    assert not ok and "not what its graphs and requests cost" in msg
+    ok, msg = G.check_choose_policy(lambda n, ps: min(ps, key=lambda p: p.total(n)).name, base)  # the lesson's method
+    assert not ok and "plain tuples" in msg
+    ok, msg = G.check_choose_policy(lambda n, ps: (min(ps, key=lambda p: p.per_request_s).name, 0.0), base)
+    assert not ok
+    for m in (msg,):  # no check names the policy that would have been right for a scenario it describes
+        assert "takes" not in m
+    ok, msg = G.check_choose_policy(right, [G.Policy("exact", 5, 1.0, None)])
+    assert not ok and "no measured seconds" in msg
