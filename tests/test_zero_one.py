@@ -1,4 +1,5 @@
-"""Lesson 02's library (shapelab.zero_one) against what PyTorch 2.13 measurably does."""
+"""Lesson 02 (shapelab.lessons.l02_zero_one), its notebook and its lab's graders (l02_zero_one_lab) against
+what PyTorch 2.13 measurably does; each grader is run on plausible wrong answers."""
 import pytest
 import torch
 
@@ -149,74 +150,6 @@ def test_bench_from_controls():
     assert bench.click() is False and "not a whole number" in bench.status.value
 
 
-def test_random_stream():
-    s = Z.random_stream(50, 1, 32, seed=3)
-    assert len(s) == 50 and min(s) >= 1 and max(s) <= 32 and s == Z.random_stream(50, 1, 32, seed=3)
-    with pytest.raises(ValueError):
-        Z.random_stream(5, 4, 2)
-
-
-def test_not_answered():
-    assert Z.not_answered(None) and Z.not_answered(...) and Z.not_answered([])
-    assert not Z.not_answered([0]) and not Z.not_answered(0.5)
-
-
-SHAPES = [(4, 16), (8, 16), (16, 16), (1, 16), (8, 32), (3, 5), (1, 7), (0, 9), (2, 2)]
-
-
-def softmax_sum(x):
-    return x.softmax(-1).sum(0)
-
-
-def test_check_prediction():
-    ok, msg = Z.check_prediction([0, 1, 3, 4, 6, 7], SHAPES, softmax_sum)
-    assert ok, msg
-    ok, msg = Z.check_prediction([0, 1, 2, 4, 6, 7], SHAPES, softmax_sum)
-    assert not ok and "call 3 (1, 16) did compile: 2 <= x.size()[0]" in msg and "call 2 (16, 16) did not compile" in msg
-    assert Z.check_prediction(None, SHAPES, softmax_sum)[0] is False
-    assert "no call 12" in Z.check_prediction([12], SHAPES, softmax_sum)[1]
-    assert "list of call indices" in Z.check_prediction(["a"], SHAPES, softmax_sum)[1]
-
-
-def test_check_benchmark():
-    warm = Timing((1e-4,) * 5)
-    assert Z.check_benchmark(0.3, warm)[0]
-    assert not Z.check_benchmark(None, None)[0]
-    assert "already compiled" in Z.check_benchmark(2e-4, warm)[1]
-    assert "one number" in Z.check_benchmark(0.3, Timing((1e-4,)))[1]
-    assert "Timing" in Z.check_benchmark(0.3, 1e-4)[1]
-    assert "positive" in Z.check_benchmark(-1.0, warm)[1]
-
-
-def test_check_warmup_under_fail_on_recompile():
-    model, stream = Z.make_model(8), Z.random_stream(30, 1, 32, seed=0) + [1, 2, 32]
-    ok, msg = Z.check_warmup([8, 16, 1], model, width=8, stream=stream)
-    assert ok, msg
-    ok, msg = Z.check_warmup([8, 16], model, width=8, stream=stream)
-    assert not ok and "(batch 1) still had to compile" in msg and "2 <= args[0].size()[0]" in msg
-    ok, msg = Z.check_warmup([1], model, width=8, stream=stream)
-    assert not ok and "still had to compile" in msg
-    assert "at most 4" in Z.check_warmup([1, 2, 3, 4, 5], model, width=8, stream=stream)[1]
-    assert "still empty" in Z.check_warmup(None, model, width=8, stream=stream)[1]
-    assert "negative" in Z.check_warmup([-3], model, width=8, stream=stream)[1]
-    assert S.compat.current_stance() == ("default", False)
-
-
-def test_check_one_graph():
-    calls = rows_calls([4, 8, 1, 0, 2])
-    both = [S.Mark(0, "unbacked", arg=0), S.Mark(0, "unbacked", arg=1)]
-    ok, msg = Z.check_one_graph(both, scale_rows, calls)
-    assert ok, msg
-    ok, msg = Z.check_one_graph(both[:1], scale_rows, calls)
-    assert not ok and msg.startswith("compiled 4 times; the goal was 1")
-    ok, msg = Z.check_one_graph([S.Mark(0, arg=0), S.Mark(0, arg=1)], scale_rows, calls)
-    assert not ok and "compiled 3 times" in msg and "2 <= x.size()[0]" in msg
-    ok, msg = Z.check_one_graph(both + [S.Mark(1, "unbacked", arg=1)], scale_rows, calls)
-    assert not ok and msg.startswith("compiling raised")
-    assert not Z.check_one_graph(None, scale_rows, calls)[0]
-    assert "S.Mark" in Z.check_one_graph([0], scale_rows, calls)[1]
-
-
 # --- the lesson notebook: glass box, predictions before answers, the take-home cell -----------------
 
 from pathlib import Path
@@ -288,3 +221,206 @@ def test_batch_zero_fails_every_cached_graph_and_the_cause_is_the_symbolic_one()
     assert [f.split(":")[0] for f in zero.failures] == ["0/2", "0/1", "0/0"]
     assert "expected 1, actual 0" in zero.failures[0]  # what the compile metrics keep
     assert S.short_reason(zero.reason, keep_id=True) == "0/1: 2 <= x.size()[0]"
+
+
+# --- lab 02's graders, on the right answer and on plausible wrong ones --------------------------
+
+import re
+
+from shapelab.lessons import l02_zero_one_lab as G
+
+SHAPES = [(4, 16), (8, 16), (16, 16), (1, 16), (8, 32), (3, 5), (1, 7), (0, 9), (2, 2)]
+ANSWER = [0, 1, 3, 4, 6, 7]
+
+
+def softmax_sum(x):
+    return x.softmax(-1).sum(0)
+
+
+def _no_call_numbers(msg):
+    return not re.search(r"\bcalls? \d", msg) and str(ANSWER) not in msg
+
+
+def test_random_stream_and_not_answered():
+    s = G.random_stream(50, 1, 32, seed=3)
+    assert len(s) == 50 and min(s) >= 1 and max(s) <= 32 and s == G.random_stream(50, 1, 32, seed=3)
+    with pytest.raises(ValueError):
+        G.random_stream(5, 4, 2)
+    assert G.not_answered(None) and G.not_answered(...) and G.not_answered([])
+    assert not G.not_answered([0]) and not G.not_answered(0.5)
+
+
+def test_exercise_1_right_answer_explains_8_32_by_the_dynamic_graphs_width_guard():
+    ok, msg = G.check_prediction(list(ANSWER), SHAPES, softmax_sum)
+    assert ok, msg
+    line = next(l for l in msg.splitlines() if "call 4 (8, 32)" in l)
+    # torch's whole list, newest graph first, then the cause: the symbolic graph's width guard
+    assert line.index("graph 0/2: tensor 'x' size mismatch at index 0. expected 1, actual 8") < \
+        line.index("graph 0/1: tensor 'x' size mismatch at index 1. expected 16, actual 32")
+    assert line.endswith("0/1: tensor 'x' size mismatch at index 1. expected 16, actual 32")
+
+
+@pytest.mark.parametrize("wrong, idea", [
+    ([1, 2, 4, 5, 7, 8], "first call"),                         # off by one
+    ([0, 1, 4, 6, 7], "never covered by a symbol"),             # batch 1 served by the symbolic graph
+    ([0, 1, 3, 6, 7], "width guard"),                           # a new width fits the symbolic graph
+    ([0, 1, 3, 4, 6, 7, 8], "duck sizing"),                     # (2, 2) thought to need its own symbol
+    ([0, 3, 4, 6, 7], "first change of a size"),                # the change of batch thought free
+    ([0, 1, 2, 3, 4, 5, 6, 7, 8], "passes that graph's guard"),  # every call compiles
+])
+def test_exercise_1_wrong_answers_get_the_idea_not_the_answer(wrong, idea):
+    ok, msg = G.check_prediction(wrong, SHAPES, softmax_sum)
+    assert not ok and idea in msg and _no_call_numbers(msg), msg
+
+
+def test_exercise_1_malformed_answers():
+    assert "still empty" in G.check_prediction(None, SHAPES, softmax_sum)[1]
+    assert "no call 12" in G.check_prediction([12], SHAPES, softmax_sum)[1]
+    assert "list of call numbers" in G.check_prediction(["a"], SHAPES, softmax_sum)[1]
+    assert "twice" in G.check_prediction([0, 0, 1], SHAPES, softmax_sum)[1]
+
+
+def _honest(served, x1):
+    return S.time_first_call(served, x1), S.time_call(served, x1, repeats=6)
+
+
+def test_exercise_2_the_honest_benchmark_passes():
+    ok, msg = G.check_benchmark(_honest)
+    assert ok, msg
+
+
+def _reversed(served, x1):
+    warm = S.time_call(served, x1, repeats=6)
+    return S.time_first_call(served, x1), warm
+
+
+def _typed_in(served, x1):
+    return 0.3, Timing((1e-4,) * 6)
+
+
+def _typed_after_calling(served, x1):
+    for _ in range(7):
+        served(x1)
+    return 5.0, Timing((1e-4,) * 6)
+
+
+def _one_sample(served, x1):
+    return S.time_first_call(served, x1), S.time_call(served, x1, repeats=1)
+
+
+def _warm_includes_first(served, x1):
+    warm = S.time_call(served, x1, warmup=0, repeats=6)
+    return warm.samples[0], warm
+
+
+def _other_batch(served, x1):  # times batch 2, which reuses the warm graph, and calls it batch 1
+    x2 = torch.cat([x1, x1])
+    return S.time_first_call(served, x2), S.time_call(served, x2, repeats=6)
+
+
+@pytest.mark.parametrize("answer, words", [
+    (_reversed, "shorter than the compile"),
+    (_typed_in, "never sent batch 1"),
+    (_typed_after_calling, "longer than your whole function"),
+    (_one_sample, "one number is not a benchmark"),
+    (_warm_includes_first, "warm Timing includes the first request"),
+    (_other_batch, "never sent batch 1"),
+    (lambda served, x1: None, "two things"),
+    (None, "still None"),
+])
+def test_exercise_2_wrong_answers(answer, words):
+    ok, msg = G.check_benchmark(answer)
+    assert not ok and words in msg, msg
+    assert S.compat.current_stance() == ("default", False)
+
+
+def _smallest(stream):
+    sizes = sorted(set(stream))
+    warm = [b for b in (0, 1) if b in sizes]
+    big = [b for b in sizes if b >= 2]
+    if len(big) == 1:
+        return warm + big
+    return warm + (big[:1] if warm else big[:2]) if big else warm
+
+
+STREAM = G.random_stream(30, 1, 32, seed=0) + [1, 2, 32]
+
+
+def test_exercise_3_the_smallest_warmup_passes_on_every_hidden_stream():
+    ok, msg = G.check_warmup(_smallest, Z.make_model(8), width=8, stream=STREAM)
+    assert ok, msg
+    assert S.compat.current_stance() == ("default", False)
+
+
+@pytest.mark.parametrize("answer, words", [
+    (lambda s: [1, 8], "empty batches (size 0) and batch 1, a request of batch 0 still had to compile"),  # the lesson's
+    (lambda s: [8, 16, 1], "the graph compiled for batch 8 never ran"),        # compiles more than it needs
+    (lambda s: [8, 1], "still had to compile"),                                # the change lands on 1
+    (lambda s: [1, 8, 16], "batch 16 compiled nothing"),                        # a request that compiles nothing
+    (lambda s: [1], "still had to compile"),                                   # off by one request
+    (lambda s: sorted(set(s)), "compiled nothing"),                            # warm every size
+    (lambda s: None, "returned None"),
+    (lambda s: [-3], "batch sizes >= 0"),
+    (None, "still None"),
+])
+def test_exercise_3_wrong_answers(answer, words):
+    ok, msg = G.check_warmup(answer, Z.make_model(8), width=8, stream=STREAM)
+    assert not ok and words in msg, msg
+    assert S.compat.current_stance() == ("default", False)
+
+
+def test_graphs_needed():
+    assert G.graphs_needed([1, 5, 9]) == 2 and G.graphs_needed([0, 1, 5, 9]) == 3
+    assert G.graphs_needed([5, 9]) == 2 and G.graphs_needed([5, 5]) == 1 and G.graphs_needed([1, 5]) == 2
+    assert G.graphs_needed([0]) == 1 and G.graphs_needed([0, 5, 7]) == 2
+
+
+U = torch._dynamo.decorators.mark_unbacked
+
+
+def test_exercise_4_unbacked_batch_of_x_and_w_passes():
+    def mark(x, w, bias):
+        U(x, 0)
+        U(w, 0)
+    ok, msg = G.check_one_graph(mark)
+    assert ok, msg
+
+
+def _mark_dynamic(x, w, bias):
+    torch._dynamo.mark_dynamic(x, 0)
+    torch._dynamo.mark_dynamic(w, 0)
+
+
+def _x_only(x, w, bias):
+    U(x, 0)
+
+
+def _bias_too(x, w, bias):
+    U(x, 0)
+    U(w, 0)
+    U(bias, 0)
+
+
+def _w_column_too(x, w, bias):
+    U(x, 0)
+    U(w, 0)
+    U(w, 1)
+
+
+def _stop_compiling(x, w, bias):
+    torch.compiler.set_stance("force_eager")
+
+
+@pytest.mark.parametrize("answer, words", [
+    (_mark_dynamic, "batch 0 and batch 1 got a graph of their own"),
+    (_x_only, "is every input's batch dimension marked"),
+    (_bias_too, "real size-1 dimension"),
+    (_w_column_too, "real size-1 dimension"),
+    (_stop_compiling, "turned compilation off"),
+    (lambda x, w, bias: None, "still recompiled"),
+    (None, "still None"),
+])
+def test_exercise_4_wrong_answers(answer, words):
+    ok, msg = G.check_one_graph(answer)
+    assert not ok and words in msg, msg
+    assert S.compat.current_stance() == ("default", False)

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import html
-import random
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from ..labkit.checks import unanswered
-from ..instruments.inputs import validate_count, validate_shape, make_tensor, parse_sizes
+from ..instruments.inputs import validate_count, make_tensor, parse_sizes
 from ..instruments.isolation import isolated
-from ..instruments.observe import ExperimentError, Mark, Observer, Record, as_args, short_reason
-from ..instruments.timing import Timing, fmt_seconds, time_call, time_first_call
+from ..instruments.observe import ExperimentError, Mark, Observer, Record, as_args
+from ..instruments.timing import Timing, fmt_seconds, time_call
 
 HATCHES = ("off", "mark_unbacked", "backed_size_oblivious")
 
@@ -192,7 +189,7 @@ def _warm_time(fn, args, hatch, marks, options, backend, repeats, threads) -> fl
         return time_call(compiled, *args, warmup=3, repeats=repeats).median
 
 
-# --- section 3: the inference bite -------------------------------------------------------------
+# --- the served model (section 3, the bench) -------------------------------------------------------------
 
 def make_model(width: int, *, seed: int = 0, device="cpu") -> torch.nn.Module:
     """The lesson's small served model: Linear(width, 4*width), GELU, Linear(4*width, width)."""
@@ -285,129 +282,3 @@ def build_bench(warmup: str = "8, 16", batch: int = 1, backend: str = "eager", w
         run,
         panes=["compiles", "reasons", "latency", "shapes"],
     )
-
-
-# --- lab checks ---------------------------------------------------------------------------------
-
-def _fmt(shape) -> str:
-    return "(" + ", ".join(map(str, shape)) + ")"
-
-
-def random_stream(n: int, low: int = 1, high: int = 32, seed: int = 0) -> list[int]:
-    """``n`` batch sizes drawn uniformly from ``low..high``, reproducible from ``seed``."""
-    if n < 0 or low < 0 or high < low:
-        raise ValueError(f"need n >= 0 and 0 <= low <= high, got n={n}, low={low}, high={high}")
-    rng = random.Random(seed)
-    return [rng.randint(low, high) for _ in range(n)]
-
-
-def check_prediction(predicted, shapes: Sequence[tuple], fn: Callable, **policy) -> tuple[bool, str]:
-    """Compare the call indices a learner says compile with those that do, for inputs of ``shapes``."""
-    if not_answered(predicted):
-        return False, "`compiling_calls` is still empty: list the indices of the calls you think compile, e.g. [0, 1]"
-    try:
-        guess = sorted({int(i) for i in predicted})
-    except (TypeError, ValueError):
-        return False, f"`compiling_calls` should be a list of call indices like [0, 1, 3], got {predicted!r}"
-    rec = observe_hatch(fn, [make_tensor(s, seed=i) for i, s in enumerate(shapes)], **policy)
-    actual = [c.index for c in rec.calls if c.new_compiles]
-    if guess == actual:
-        return True, f"right: calls {actual} compile ({rec.count} graphs for {len(shapes)} calls)."
-    why = {e.call: short_reason(e.reason, 90) or "the first call always compiles" for e in rec.compiles}
-    lines = []
-    for i in sorted(set(actual) - set(guess)):
-        lines.append(f"call {i} {_fmt(shapes[i])} did compile: {why[i]}")
-    for i in sorted(set(guess) - set(actual)):
-        if 0 <= i < len(shapes):
-            lines.append(f"call {i} {_fmt(shapes[i])} did not compile: an earlier graph's guards accepted it")
-        else:
-            lines.append(f"there is no call {i}: calls are numbered 0 to {len(shapes) - 1}")
-    return False, f"you said {guess}, measured {actual}. " + "; ".join(lines)
-
-
-def not_answered(value) -> bool:
-    """None, ``...`` or an empty list: the learner has not answered yet."""
-    return unanswered(value) or (isinstance(value, (list, tuple)) and len(value) == 0)
-
-
-def check_benchmark(first_seconds, warm) -> tuple[bool, str]:
-    """A batch-1 benchmark is honest when the first request is timed apart from the warm ones.
-
-    ``first_seconds``: one float from ``time_first_call``; ``warm``: a ``Timing`` from ``time_call``
-    with at least 5 samples. The first request compiles, so it must be clearly slower.
-    """
-    if not_answered(first_seconds) or not_answered(warm):
-        return False, ("`first_batch1` or `warm_batch1` is still None: time the first batch-1 request with "
-                       "S.time_first_call and the warm ones with S.time_call")
-    if not isinstance(warm, Timing):
-        return False, f"`warm_batch1` should be the Timing that S.time_call returns, got {type(warm).__name__}"
-    if len(warm.samples) < 5:
-        return False, f"`warm_batch1` has {len(warm.samples)} sample(s): one number is not a benchmark; use repeats >= 5"
-    if not isinstance(first_seconds, (int, float)) or first_seconds <= 0:
-        return False, f"`first_batch1` should be a time in seconds (a positive float), got {first_seconds!r}"
-    ratio = first_seconds / warm.median
-    if ratio < 5:
-        return False, (f"the first batch-1 request ({fmt_seconds(first_seconds)}) was about as fast as a warm one "
-                       f"({fmt_seconds(warm.median)}): was batch 1 already compiled? Time it right after the batch-8 "
-                       "warm-up, before any other batch-1 call")
-    return True, (f"first batch-1 request {fmt_seconds(first_seconds)} against warm {fmt_seconds(warm.median)}: "
-                  f"{ratio:.0f}× slower, because it compiled")
-
-
-def check_warmup(warmup_sizes, fn: Callable, *, width: int, stream: Sequence[int], max_requests: int = 4,
-                 backend: str = "eager", dynamic: bool | None = None) -> tuple[bool, str]:
-    """Run the learner's warm-up, then ``stream`` under ``set_stance("fail_on_recompile")``.
-
-    Passes when no request of the stream compiles and the warm-up has at most ``max_requests``
-    requests. The stance is set inside the isolated block, so it is restored afterwards.
-    """
-    if not_answered(warmup_sizes):
-        return False, "`warmup_sizes` is still empty: list the batch sizes to send before serving, e.g. [8]"
-    try:
-        sizes = [int(s) for s in warmup_sizes]
-        for s in sizes:
-            validate_shape((s, width))
-    except (TypeError, ValueError) as e:
-        return False, f"`warmup_sizes` should be a list of batch sizes >= 0: {e}"
-    if not stream:
-        raise ValueError("the stream to serve is empty")
-    if len(sizes) > max_requests:
-        return False, (f"your warm-up sends {len(sizes)} requests; a warm-up delays start-up, so use at most "
-                       f"{max_requests}. Which few sizes leave a graph for every batch from 1 to 32?")
-    with torch.no_grad(), Observer(fn, backend=backend, dynamic=dynamic) as obs:
-        for i, b in enumerate(sizes):
-            obs(make_tensor((b, width), seed=i))
-        warm_compiles = obs.record.count
-        torch.compiler.set_stance("fail_on_recompile")
-        for k, b in enumerate(stream):
-            try:
-                obs(make_tensor((b, width), seed=100 + k))
-            except ExperimentError as e:
-                if isinstance(e.original, RuntimeError) and "fail_on_recompile" in str(e.original):
-                    failed = [short_reason(line.strip()[2:]) for line in str(e.original).splitlines()
-                              if line.strip().startswith("- ")]
-                    reason = "; ".join(failed) or short_reason(str(e.original))
-                    return False, (f"after the warm-up {sizes}, request {k} of the stream (batch {b}) still "
-                                   f"had to compile; guard(s) that failed: {reason}")
-                raise
-    return True, (f"warm-up {sizes} compiled {warm_compiles} graph(s); then {len(stream)} requests of batch "
-                  f"{min(stream)} to {max(stream)} ran with no compile")
-
-
-def check_one_graph(marks, fn: Callable, calls: Sequence[tuple]) -> tuple[bool, str]:
-    """Pass when ``fn`` under the learner's ``marks`` serves every call from one graph, equal to eager."""
-    if not_answered(marks):
-        return False, "`marks` is still empty: give a list of S.Mark(...) to put on the inputs before each call"
-    if not all(isinstance(m, Mark) for m in marks):
-        return False, f"`marks` should be a list of S.Mark(dim, kind, arg=...) objects, got {marks!r}"
-    sizes = [_fmt(c[0].shape) for c in calls]
-    try:
-        rec = observe_hatch(fn, calls, marks=marks, check_eager=True)
-    except ExperimentError as e:
-        return False, f"compiling raised: {e}. Which dimensions are meant to vary, and which to broadcast?"
-    except AssertionError as e:
-        return False, f"{e}: the compiled graph assumed something that is not true for that call"
-    if rec.count != 1:
-        extra = [f"call {ev.call} ({sizes[ev.call]}): {short_reason(ev.reason, 80)}" for ev in rec.compiles if ev.reason]
-        return False, (f"compiled {rec.count} times; the goal was 1. Recompiles: " + "; ".join(extra))
-    return True, f"one graph served inputs {', '.join(sizes)}, every result equal to eager"
