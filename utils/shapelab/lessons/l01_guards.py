@@ -3,8 +3,8 @@
 Each function is one experiment the lesson (and its lab) runs; each starts from a clean compile
 state and leaves nothing behind (``isolated`` / ``observe``):
 
-- ``inductor_kernels``: compile one elementwise chain with Inductor statically and dynamically,
-  keep the generated kernels and time both (section 1);
+- ``time_kernels``: time the static and dynamic Inductor functions the lesson compiled in the open,
+  alternating them (section 1);
 - ``extract_kernels``, ``readable``, ``side_by_side``, ``kernel_differences``: show two kernels
   next to each other and say, from the code itself, what differs;
 - ``graph_shapes``: every value's shape inside the graphs Dynamo built (``(512*s77,)``);
@@ -12,8 +12,6 @@ state and leaves nothing behind (``isolated`` / ``observe``):
 - ``knob_table``: one stream of shapes under each knob of the source's table (section 4);
 - ``guard_cost``: per-call overhead, compiled against eager, and the guard check alone (section 5);
 - ``other_triggers``: dtype, ``requires_grad``, grad mode, threads, duck sizing, Python ints (section 6);
-- ``rerun_without_reset`` and ``job_id_demo``: the memory of past shapes, in one process and
-  across two (section 7);
 - ``run_bench`` / ``build_bench``: the lab bench.
 """
 from __future__ import annotations
@@ -21,14 +19,8 @@ from __future__ import annotations
 import contextlib
 import difflib
 import html
-import json
 import logging
-import os
 import re
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -47,11 +39,6 @@ SOURCE_GUARD_US = (1.0, 5.0)  # the source text's "Guard evaluation ~1-5 µs per
 # --------------------------------------------------------------------------------------------
 # Section 1: why a compiler wants constants
 # --------------------------------------------------------------------------------------------
-
-def chain(x: torch.Tensor) -> torch.Tensor:
-    """The lesson's elementwise chain; the last step divides by the length, a size-dependent constant."""
-    return (x.sin() * 2 + 1).relu() * x.cos() / x.shape[0]
-
 
 @dataclass
 class Kernel:
@@ -214,51 +201,6 @@ def kernel_differences(static: str, dynamic: str, size: int) -> list[str]:
     return notes
 
 
-def capture_code(compiled: Callable, *args) -> tuple[Any, list[str]]:
-    """Call ``compiled(*args)`` and return (result, generated module sources).
-
-    Uses ``torch._inductor.utils.run_and_get_code`` when this release has it; otherwise listens
-    to Inductor's ``output_code`` log artifact (what ``TORCH_LOGS=output_code`` prints).
-    """
-    try:
-        from torch._inductor.utils import run_and_get_code
-    except ImportError:
-        return capture_code_from_logs(compiled, *args)
-    return run_and_get_code(compiled, *args)
-
-
-def capture_code_from_logs(compiled: Callable, *args) -> tuple[Any, list[str]]:
-    """``capture_code``'s fall-back: read the generated modules from the ``output_code`` logger."""
-    import torch._inductor.codecache  # noqa: F401  (registers the artifact logger)
-    from torch._logging._internal import log_registry, log_state
-
-    names = [q for q in log_registry.get_artifact_log_qnames() if q.endswith(".__output_code")]
-    messages: list[str] = []
-
-    class _Keep(logging.Handler):
-        def emit(self, record):
-            messages.append(record.getMessage())
-
-    handler = _Keep(level=logging.DEBUG)
-    loggers = [logging.getLogger(n) for n in names]
-    saved = [(lg, lg.level, lg.propagate, list(lg.handlers)) for lg in loggers]
-    saved_artifacts = set(log_state.artifact_names)
-    try:
-        log_state.artifact_names |= {"output_code"}
-        for lg in loggers:
-            lg.handlers[:] = [handler]
-            lg.setLevel(logging.DEBUG)
-            lg.propagate = False
-        result = compiled(*args)
-    finally:
-        log_state.artifact_names = saved_artifacts
-        for lg, level, prop, handlers in saved:
-            lg.setLevel(level)
-            lg.propagate = prop
-            lg.handlers[:] = handlers
-    return result, [m for m in messages if "async_compile" in m]
-
-
 @dataclass
 class KernelComparison:
     """Section 1's result: the two generated kernels, the wrappers, timings and compile times."""
@@ -270,7 +212,7 @@ class KernelComparison:
     dynamic_kernels: list[Kernel]
     timings: dict = field(default_factory=dict)  # size -> {"static": Timing, "dynamic": Timing, "eager": Timing}
     compile_seconds: dict = field(default_factory=dict)  # "static <n>" / "dynamic" -> seconds of the first call
-    dynamic_compiles: int = 0
+    dynamic_compiles: int = 0  # graphs the dynamic function compiled inside time_kernels (0: it reused its graph)
 
     def kernel_pair(self) -> tuple[str, str]:
         """The first kernel of each version, made readable."""
@@ -315,16 +257,17 @@ def _interleaved(fns: dict, args, rounds: int, repeats: int, device) -> dict:
     return {k: Timing(tuple(v)) for k, v in samples.items()}
 
 
-def inductor_kernels(fn: Callable = chain, sizes: Sequence[int] = (1024,), *, device="cpu", threads: int | None = 1,
-                     rounds: int = 3, repeats: int = 5) -> KernelComparison:
-    """Compile ``fn`` with Inductor statically (one graph per size) and dynamically (one graph), time both.
+def time_kernels(static_fn: Callable, dynamic_fn: Callable, eager_fn: Callable, sizes: Sequence[int] = (1024,), *,
+                 codes: dict | None = None, device="cpu", rounds: int = 3, repeats: int = 5) -> KernelComparison:
+    """Time a static and a dynamic compiled function (and eager) at each length, alternating them.
 
-    The code shown is from ``sizes[0]``. The experiment starts from an empty Inductor cache, so
-    the code is really generated and compile times are honest. ``threads`` pins the CPU thread
-    count for the experiment (1 keeps the kernels free of OpenMP and the timings steadier on a
-    shared machine); it is restored afterwards. Lengths must be at least 2 (0 and 1 are always
-    specialised: lesson 02). Timings alternate static, dynamic and eager in ``rounds`` rounds of
-    ``repeats`` samples, so a machine that slows down mid-way slows all three alike.
+    The lesson compiles both in the open and passes them in, with the generated code it captured
+    (``codes = {"static": ..., "dynamic": ...}``, from ``run_and_get_code``). Lengths after the
+    first make the static function compile again (one graph per length); those compile times are
+    kept in ``compile_seconds``, and ``dynamic_compiles`` counts the graphs the dynamic function
+    needed over all lengths. Timings alternate static, dynamic and eager in ``rounds`` rounds of
+    ``repeats`` samples, so a machine that slows down mid-way slows all three alike. Call it
+    inside the block that compiled the functions (before any reset).
     """
     sizes = [int(n) for n in sizes]
     if not sizes:
@@ -334,45 +277,24 @@ def inductor_kernels(fn: Callable = chain, sizes: Sequence[int] = (1024,), *, de
         if n < 2:
             raise ValueError(f"length {n}: use lengths of 2 or more (0 and 1 are always specialised)")
     device = torch.device(device)
+    codes = codes or {}
+    result = KernelComparison(sizes[0], codes.get("static", ""), codes.get("dynamic", ""), [], [])
     inputs = {n: make_tensor((n,), device=device, seed=n) for n in sizes}
-    result = KernelComparison(sizes[0], "", "", [], [])
-    with isolated(fresh_inductor_cache=True):
-        if threads and device.type == "cpu":
-            torch.set_num_threads(threads)
-        # Two copies of fn with their own code objects: Dynamo keeps compiled graphs per code
-        # object, so a dynamic wrapper over the same function would reuse the static graph.
-        static_fn = torch.compile(_fresh_copy(fn), backend="inductor", dynamic=False)
-        dyn_fn = torch.compile(_fresh_copy(fn), backend="inductor", dynamic=True)
-        for label, compiled in (("static", static_fn), ("dynamic", dyn_fn)):
-            start = time.perf_counter()
-            out, codes = capture_code(compiled, inputs[sizes[0]])
-            result.compile_seconds[f"{label}, length {sizes[0]}"] = time.perf_counter() - start
-            setattr(result, f"{label}_code", codes[0] if codes else "")
-            _check_close(out, fn(inputs[sizes[0]]), f"{label} kernel, length {sizes[0]}")
-        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-        for n in sizes[1:]:
-            start = time.perf_counter()
-            _check_close(static_fn(inputs[n]), fn(inputs[n]), f"static kernel, length {n}")
+    stats = torch._dynamo.utils.counters["stats"]
+    for n in sizes:
+        start = time.perf_counter()
+        _check_close(static_fn(inputs[n]), eager_fn(inputs[n]), f"static kernel, length {n}")
+        if n != sizes[0]:
             result.compile_seconds[f"static, length {n}"] = time.perf_counter() - start
-            graphs += 1
-            _check_close(dyn_fn(inputs[n]), fn(inputs[n]), f"dynamic kernel, length {n}")
-        result.dynamic_compiles = 1 + torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
-        for n in sizes:
-            result.timings[n] = _interleaved({"static": static_fn, "dynamic": dyn_fn, "eager": fn},
-                                             (inputs[n],), rounds, repeats, device)
+        before = stats["unique_graphs"]
+        _check_close(dynamic_fn(inputs[n]), eager_fn(inputs[n]), f"dynamic kernel, length {n}")
+        result.dynamic_compiles += stats["unique_graphs"] - before
+    for n in sizes:
+        result.timings[n] = _interleaved({"static": static_fn, "dynamic": dynamic_fn, "eager": eager_fn},
+                                         (inputs[n],), rounds, repeats, device)
     result.static_kernels = extract_kernels(result.static_code)
     result.dynamic_kernels = extract_kernels(result.dynamic_code)
     return result
-
-
-def _fresh_copy(fn: Callable) -> Callable:
-    """A copy of a plain function with its own code object, so Dynamo keeps separate caches for it."""
-    import types
-
-    if not isinstance(fn, types.FunctionType):
-        raise TypeError(f"expected a plain Python function, got {type(fn).__name__}")
-    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-    return copy
 
 
 def _check_close(out, ref, what: str) -> None:
@@ -700,101 +622,6 @@ def input_shapes(gm: torch.fx.GraphModule) -> str:
     return ", ".join(shapes)
 
 
-def rerun_without_reset(fn: Callable, sizes: Sequence[int] = (4, 8), features: int = 3, runs: int = 2) -> Table:
-    """Run "the same notebook cell" ``runs`` times: a new ``torch.compile(fn)`` each time, no reset.
-
-    Then once more after ``torch.compiler.reset()``. Rows: which run, compile counts after each
-    call, and whether the first compile of that run was already dynamic.
-    """
-    from ..instruments.inputs import batches
-
-    xs = batches(sizes, features)
-    rows = Table()
-    with isolated():
-        for label in [f"run {i + 1}" for i in range(runs)] + ["after torch.compiler.reset()"]:
-            if label.startswith("after"):
-                torch.compiler.reset()
-            seen: list[str] = []
-
-            def backend(gm, example_inputs, seen=seen):
-                seen.append(input_shapes(gm))
-                return gm.forward
-
-            compiled = torch.compile(fn, backend=backend)  # what re-running the cell does
-            counts = []
-            for x in xs:
-                compiled(x)
-                counts.append(len(seen))
-            rows.append({"cell run": label, "counts": counts, "graphs saw": "; ".join(seen) or "(none)"})
-    return rows
-
-
-_CHILD = r"""
-import json, sys, torch
-sizes, features = json.loads(sys.argv[1])
-seen = []
-def backend(gm, example_inputs):
-    for node in gm.graph.nodes:
-        v = node.meta.get("example_value")
-        if node.op == "placeholder" and isinstance(v, torch.Tensor):
-            seen.append("(" + ", ".join(str(d) for d in v.shape) + ")")
-    return gm.forward
-def f(x):
-    return x.sin() * 2
-compiled = torch.compile(f, backend=backend)
-counts = []
-for b in sizes:
-    compiled(torch.randn(b, features))
-    counts.append(len(seen))
-print(json.dumps({"counts": counts, "seen": seen}))
-"""
-
-
-def job_id_demo(job_id: str = "lesson01-demo", sizes: Sequence[int] = (4, 8, 16), features: int = 3,
-                control: bool = True, timeout: float = 120) -> Table:
-    """Two processes with the same ``TORCH_COMPILE_JOB_ID`` one after the other; with ``control``, a third without.
-
-    Each child is ``sys.executable -c ...``; the job id is set in the child's environment only,
-    and every child writes its profile into one temporary cache directory that is deleted
-    afterwards, so nothing is left behind. The control process (no job id) runs at the same time
-    as the second, to save time.
-    """
-    if not isinstance(job_id, str) or not re.fullmatch(r"[\w.-]{1,64}", job_id):
-        raise ValueError(f"a job id is a short name of letters, digits, '.', '_' or '-', got {job_id!r}")
-    cache = tempfile.mkdtemp(prefix="shapelab-jobid-")
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("TORCH_COMPILE_JOB_ID", "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO", "TORCH_LOGS")}
-    base["TORCHINDUCTOR_CACHE_DIR"] = cache
-    arg = json.dumps([list(sizes), features])
-
-    def start(env):
-        return subprocess.Popen([sys.executable, "-c", _CHILD, arg], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-
-    def finish(proc, label, job):
-        out, err = proc.communicate(timeout=timeout)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{label} failed: {(err.strip().splitlines() or ['?'])[-1]}")
-        data = json.loads(out.strip().splitlines()[-1])
-        return {"process": label, "TORCH_COMPILE_JOB_ID": job or "(not set)", "counts": data["counts"],
-                "graphs saw": "; ".join(data["seen"])}
-
-    rows = Table()
-    try:
-        with_job = dict(base, TORCH_COMPILE_JOB_ID=job_id)
-        rows.append(finish(start(with_job), "first process", job_id))
-        second = start(with_job)
-        third = start(dict(base)) if control else None
-        rows.append(finish(second, "second process", job_id))
-        if third is not None:
-            rows.append(finish(third, "control process", None))
-        rows.profile_files = sorted(  # type: ignore[attr-defined]
-            os.path.relpath(os.path.join(d, f), cache) for d, _, fs in os.walk(cache) for f in fs if not f.endswith(".lock"))
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
-    return rows
-
-
 # --------------------------------------------------------------------------------------------
 # The lab bench
 # --------------------------------------------------------------------------------------------
@@ -870,43 +697,3 @@ def build_bench(history: str = "4x16, 8x16", batch: int = 16, features: int = 16
     }
     return LabBench("Which call compiles, and which guard says so?", controls, run_bench,
                     panes=["compiles", "reasons", "last call", "guards", "shapes"])
-
-
-# --------------------------------------------------------------------------------------------
-# Lab helpers
-# --------------------------------------------------------------------------------------------
-
-def stream_counts(fn: Callable, shapes: Sequence[tuple], policies: dict) -> dict:
-    """Graphs compiled over one stream of input ``shapes`` under each named policy (fresh tensors each time).
-
-    Marks stick to tensor objects, so every policy gets its own freshly made inputs.
-    """
-    out = {}
-    for name, policy in policies.items():
-        xs = [make_tensor(s, seed=i) for i, s in enumerate(shapes)]
-        out[name] = observe(fn, xs, **policy).count
-    return out
-
-
-def compare_prediction(predicted: dict, measured: dict, hints: dict | None = None) -> tuple[bool, str]:
-    """Check predicted compile counts against measured ones; the message says which are off and how.
-
-    It says "too high" or "too low" and gives the hint for that row, not the answer.
-    """
-    from ..labkit.checks import unanswered
-
-    if unanswered(predicted) or not isinstance(predicted, dict):
-        return False, "no prediction yet: fill in the dict with one whole number per policy"
-    wrong = []
-    for key, value in measured.items():
-        guess = predicted.get(key)
-        if unanswered(guess):
-            wrong.append(f"{key}: no prediction")
-        elif not isinstance(guess, int) or isinstance(guess, bool):
-            wrong.append(f"{key}: predict a whole number of compiles, not {guess!r}")
-        elif guess != value:
-            hint = (hints or {}).get(key, "")
-            wrong.append(f"{key}: your {guess} is too {'high' if guess > value else 'low'}" + (f" ({hint})" if hint else ""))
-    if wrong:
-        return False, "; ".join(wrong)
-    return True, "every prediction matches the measurement: " + ", ".join(f"{k}: {v}" for k, v in measured.items())

@@ -1,0 +1,197 @@
+"""Lab 01's checks against plausible wrong answers: each is rejected, and the message names what is
+wrong without giving the answer the learner was asked to find. The right answers pass."""
+import pytest
+import torch
+
+import shapelab as S
+from shapelab.lessons import l01_guards_lab as L
+
+BATCHES = range(2, 65, 7)
+
+
+def _rule(shapes, policy):
+    """The right rule (what the solution writes)."""
+    if policy == "dynamic=True":
+        return 1
+    if policy == "dynamic=False":
+        return len(set(shapes))
+    symbolic = {0} if policy == "mark_dynamic(x, 0)" else set()
+    graphs = 1
+    for shape in shapes[1:]:
+        changed = {d for d in (0, 1) if shape[d] != shapes[0][d]} - symbolic
+        if changed:
+            graphs += 1
+            symbolic |= changed
+    return graphs
+
+
+def _no_answer_in(message: str, *answers) -> None:
+    for a in answers:
+        assert f" {a} graph" not in message and f"expected {a}" not in message, message
+
+
+# -- exercise 1 --------------------------------------------------------------------------------------
+
+def test_the_right_rule_passes_on_fresh_streams():
+    ok, msg = L.check_expected_graphs(_rule, seed=1)
+    assert ok, msg
+
+
+@pytest.mark.parametrize("wrong, says", [
+    # off by one: "one recompile per change" counts every change, not each dimension's first
+    (lambda s, p: 1 if p == "dynamic=True" else len(set(s)) if p == "dynamic=False"
+     else 1 + sum(a != b for a, b in zip(s, s[1:])), "count is not what Dynamo compiled"),
+    # the default policy treated as "always two graphs once anything changes"
+    (lambda s, p: _rule(s, p) if p != "dynamic=None" else (1 if len(set(s)) == 1 else 2), "dynamic=None"),
+    # a typed-in number for every stream
+    (lambda s, p: 2, "count is not what Dynamo compiled"),
+    # dynamic=False counted per call rather than per distinct shape
+    (lambda s, p: len(s) if p == "dynamic=False" else _rule(s, p), "dynamic=False"),
+    # the mark thought to cover both dimensions
+    (lambda s, p: 1 if p == "mark_dynamic(x, 0)" else _rule(s, p), "mark_dynamic"),
+])
+def test_wrong_rules_are_rejected_without_the_count(wrong, says):
+    ok, msg = L.check_expected_graphs(wrong, seed=2)
+    assert not ok and says in msg
+    _no_answer_in(msg, 1, 2, 3, 4)
+
+
+def test_a_rule_that_measures_with_the_library_is_refused():
+    def measured(shapes, policy):
+        return S.observe(lambda x: x * 2, [torch.randn(s) for s in shapes]).count
+
+    ok, msg = L.check_expected_graphs(measured)
+    assert not ok and "called torch.compile" in msg and "do not measure" in msg
+
+
+def test_a_rule_that_returns_nothing_or_text_is_told_so():
+    assert "return a whole number" in L.check_expected_graphs(lambda s, p: None)[1]
+    assert "not a whole number" in L.check_expected_graphs(lambda s, p: "2")[1]
+    assert "not a function" in L.check_expected_graphs(None)[1]
+
+
+# -- exercise 2 --------------------------------------------------------------------------------------
+
+def _mark0(x):
+    torch._dynamo.mark_dynamic(x, 0)
+    return x
+
+
+def test_annotate_right_answer_passes():
+    ok, msg = L.check_annotate(_mark0, BATCHES, seed=0)
+    assert ok, msg
+
+
+def test_annotate_wrong_answers():
+    def no_mark(x):
+        return x
+
+    def wrong_dim(x):
+        torch._dynamo.mark_dynamic(x, 1)
+        return x
+
+    def off_by_one(x):  # a range that leaves out the smallest batch
+        torch._dynamo.mark_dynamic(x, 0, min=3, max=64)
+        return x
+
+    def global_switch(x):  # every model's sizes become symbols: not a mark on this tensor
+        torch._dynamo.config.assume_static_by_default = False
+        return x
+
+    def padded(x):  # pads to a fixed size so nothing recompiles, and changes the result
+        return torch.nn.functional.pad(x, (0, 0, 0, 64 - x.shape[0]))
+
+    cases = {no_mark: "did not know dimension 0 varies", wrong_dim: "more than one graph",
+             off_by_one: "batch 2", global_switch: "changed torch._dynamo.config.assume_static_by_default",
+             padded: "changed the values"}
+    for answer, says in cases.items():
+        ok, msg = L.check_annotate(answer, BATCHES, seed=0)
+        assert not ok and says in msg, (answer.__name__, msg)
+    assert torch._dynamo.config.assume_static_by_default is True
+
+
+# -- exercise 3 --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def served():
+    return S.observe(L.project, L.project_requests([64, 32, 16, 48], 64), dynamic=True)
+
+
+def test_guard_fix_right_answer_passes(served):
+    ok, msg = L.check_guard_fix("x.size()[1] == x.size()[0]", dict(marks=[S.Mark(0, "dynamic", arg=0)]), served)
+    assert ok, msg
+
+
+@pytest.mark.parametrize("guard, policy, says", [
+    ("tensor 'x' size mismatch", dict(marks=[S.Mark(0, "dynamic", arg=0)]), "not one of the guards that failed"),
+    ("x.size()[1] == x.size()[0]", dict(dynamic=False), "more than one graph"),
+    ("x.size()[1] == x.size()[0]", dict(dynamic=True), "more than one graph"),
+    # a fix that stops compiling instead of fixing the cause
+    ("x.size()[1] == x.size()[0]", dict(dynamic=True, recompile_limit=1), "ran without a compiled graph"),
+    ("x.size()[1] == x.size()[0]", dict(dynamic=False, recompile_limit=1), "ran without a compiled graph"),
+    ("x.size()[1] == x.size()[0]", dict(marks=[S.Mark(0, "static", arg=0)]), "more than one graph"),
+    ("x.size()[1] == x.size()[0]", dict(dinamic=True), "not a valid set of S.observe keywords"),
+])
+def test_guard_fix_wrong_answers(served, guard, policy, says):
+    ok, msg = L.check_guard_fix(guard, policy, served)
+    assert not ok and says in msg, msg
+
+
+# -- exercise 4 --------------------------------------------------------------------------------------
+
+def test_reading_the_guards_right_answer_passes():
+    ok, msg = L.check_runs_without_compiling(lambda b, f: f == 16 and (b == 4 or 2 <= b <= 31))
+    assert ok, msg
+
+
+@pytest.mark.parametrize("wrong", [
+    lambda b, f: f == 16 and 2 <= b <= 32,       # off by one at the branch
+    lambda b, f: 2 <= b <= 31,                   # ignores the fixed features
+    lambda b, f: f == 16 and b <= 31,            # forgets that 0 and 1 are outside the symbol's range
+    lambda b, f: f == 16 and b in (4, 8),        # only the shapes already seen
+    lambda b, f: True,                           # a typed-in answer
+])
+def test_reading_the_guards_wrong_answers(wrong):
+    ok, msg = L.check_runs_without_compiling(wrong)
+    assert not ok and "wrong for a batch of" in msg and "Read each guard again" in msg
+    assert "True" not in msg and "False" not in msg
+
+
+def test_reading_the_guards_by_compiling_is_refused():
+    def measured(b, f):
+        return S.observe(L.clip, S.batches([4, 8, b], f)).count == 2
+
+    ok, msg = L.check_runs_without_compiling(measured)
+    assert not ok and "called torch.compile" in msg
+
+
+# -- exercise 5 --------------------------------------------------------------------------------------
+
+def test_loader_mark_right_answer_passes():
+    ok, msg = L.check_loader_mark(lambda x: torch._dynamo.maybe_mark_dynamic(x, 0), seed=0)
+    assert ok, msg
+
+
+def test_loader_mark_wrong_answers():
+    def ignore_the_error(x):  # the global switch instead of the hint
+        torch._dynamo.config.allow_ignore_mark_dynamic = True
+        torch._dynamo.mark_dynamic(x, 0)
+
+    cases = {
+        (lambda x: torch._dynamo.mark_dynamic(x, 0)): "does not compile with your mark",
+        (lambda x: torch._dynamo.mark_static(x, 0)): "does not tell Dynamo the batch varies",
+        (lambda x: None): "does not tell Dynamo the batch varies",
+        (lambda x: torch._dynamo.maybe_mark_dynamic(x, 1)): "does not tell Dynamo the batch varies",
+        ignore_the_error: "changed torch._dynamo.config.allow_ignore_mark_dynamic",
+    }
+    for answer, says in cases.items():
+        ok, msg = L.check_loader_mark(answer, seed=0)
+        assert not ok and says in msg, msg
+    assert torch._dynamo.config.allow_ignore_mark_dynamic is False
+
+
+def test_hidden_streams_keep_to_the_exercise_promises():
+    import random
+
+    for stream in L.hidden_streams(random.Random(3), n=20):
+        assert len(set(stream)) < 8 and all(b >= 2 and f >= 2 and b != f for b, f in stream)
