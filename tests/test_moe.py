@@ -342,6 +342,8 @@ def test_check_promise_rejects_wrong_answers():
     _assert_rejected(L.check_promise(too_weak, THRESHOLD, 4), "cannot decide the branch")
     _assert_rejected(L.check_promise(branch_removed, THRESHOLD, 4), "torch._check")
     _assert_rejected(L.check_promise(break_first, THRESHOLD, 4), "did not compile")
+    skipped = torch.compiler.disable(no_promise)
+    _assert_rejected(L.check_promise(lambda x, s: skipped(x, s), THRESHOLD, 4), "did not compile")
     _assert_rejected(L.check_promise(lambda x, s: L._first_four(x, s, THRESHOLD), THRESHOLD, 4), "reference")
 
 
