@@ -104,6 +104,11 @@ class Cause:
     compile_ids: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)  # as torch printed them, up to three distinct
     values: list[str] = field(default_factory=list)
+    shown: str | None = None  # the argument's name in the user's code, where it differs from the guard's
+
+    @property
+    def name(self) -> str:
+        return f"{self.shown} ({self.input})" if self.shown and self.shown != self.input else str(self.input)
 
     @property
     def label(self) -> str:
@@ -114,9 +119,9 @@ class Cause:
         if self.kind in ("dimension", "zero_one", "stride") and self.input is not None:
             if self.input.startswith("___"):
                 return f"'{self.input}' (a value handed across a graph break), dim {self.dim}"
-            return f"input '{self.input}', dim {self.dim}"
+            return f"input '{self.name}', dim {self.dim}"
         if self.kind == "dtype_device":
-            return f"input '{self.input}' ({self.detail})"
+            return f"input '{self.name}' ({self.detail})"
         if self.kind in ("python_value", "identity"):
             return f"`{self.detail}`"
         if self.kind == "global_state":

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -59,6 +60,15 @@ def arg_names(model: Callable) -> list[str]:
     except (TypeError, ValueError):
         return []
     return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _arg_index(name: str | None, index: dict[str, int]) -> int | None:
+    """Which positional argument a guard's name is: ``x`` by its name, ``args[0]`` (a module's
+    ``*args``) by position; None for anything else (``___stack0`` lives only across a graph break)."""
+    if not name or name.startswith("___"):
+        return None
+    m = re.fullmatch(r"args\[(\d+)\]", name)
+    return int(m.group(1)) if m else index.get(name)
 
 
 def _fresh(model):
@@ -323,8 +333,9 @@ def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", 
     rx: list[Prescription] = []
     dyn_dims: dict[tuple[int, int], str] = {}
     for c in cs:
-        i = index.get(c.input) if c.input and not c.input.startswith("___") else None
-        var = names[i] if i is not None else None
+        i = _arg_index(c.input, index)
+        var = (names[i] if i < len(names) else c.input) if i is not None else None
+        c.shown = var
         scalar_arg = i is not None and all(isinstance(k.args[i], (int, float)) and not isinstance(k.args[i], bool)
                                            for k in calls if i < len(k.args))
         sizes = observed.get((i, c.dim), []) if i is not None else []
@@ -358,13 +369,23 @@ def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", 
     if plan.config.get("allow_unspec_int_on_nn_module"):
         extra += 1  # like any int: the first value is specialised, the first change makes it symbolic
         plan.notes.append("a module int attribute made unspecialised still costs one graph for its first value")
-    plan.predicted = frames * _residual_signatures(calls, plan, kinds, dyn_dims) + extra
+    def predict(p: Plan) -> int:
+        dims = {(m.arg, m.dim): m.kind for m in p.marks if m.kind != "static"}
+        return frames * _residual_signatures(calls, p, kinds, dims) + (extra if p is plan else 0)
+
+    plan.predicted = predict(plan)
 
     diag = Diagnosis(name, base.evidence, cs, rx, [base])
     recompiles = any(c.kind not in ("graph_break",) for c in cs)
     if not prove or not recompiles or plan.empty:
         return diag
-    diag.runs.append(_prove(model, calls, plan, backend, dynamic, reference))
+    diag.runs.append(_prove(model, calls, plan, backend, dynamic, reference, predict))
+    kept = {(m.arg, m.dim): m.kind for m in plan.marks}
+    for c, p in zip(cs, rx):
+        i = _arg_index(c.input, index)
+        if p.applied and "mark_unbacked" in p.code and kept.get((i, c.dim)) == "dynamic":
+            p.code = (f"torch._dynamo.mark_dynamic({c.shown or c.input}, {c.dim})  # mark_unbacked broke this model"
+                      " into more graphs (see the proof); size 1 keeps its own graph")
 
     # buckets: the varying dimension with the most distinct sizes, padded, static per bucket
     if buckets and dyn_dims:
@@ -383,7 +404,7 @@ def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", 
             for key in linked:
                 rest.pad[key] = tuple(bs)
                 rest.marks.append(Mark(dim=key[1], arg=key[0], kind="static"))
-            rest.predicted = frames * _residual_signatures(calls, rest, kinds, {k: v for k, v in dyn_dims.items() if k not in linked})
+            rest.predicted = predict(rest)
             waste = expected_waste(bs, sizes, max(sizes))
             diag.buckets = {"input": names[i] if i < len(names) else f"arg {i}", "dim": d, "budget": b,
                             "boundaries": list(bs), "mean padding": waste,
@@ -397,7 +418,7 @@ def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", 
                 f"{[0, 0] * (calls[0].args[i].dim() - d - 1) + [0, 'b - n']})  # and mask the padding\n"
                 f"torch._dynamo.mark_static({diag.buckets['input']}, {d})  # one static graph per bucket".replace("'b - n'", "b - n"),
                 True))
-            diag.runs.append(_prove(model, calls, rest, backend, dynamic, reference))
+            diag.runs.append(_prove(model, calls, rest, backend, dynamic, reference, predict))
         elif sizes and min(sizes) >= 1:
             diag.prescriptions.append(Prescription(
                 "buckets", "buckets", f"# {len(set(sizes))} distinct sizes fit the budget of {limit} graph(s):"
@@ -406,8 +427,27 @@ def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", 
     return diag
 
 
-def _prove(model, calls, plan: Plan, backend: str, dynamic, reference: list) -> Run:
-    """Replay with ``plan``; where a mark fails, fall back (unbacked -> dynamic -> maybe_dynamic) and say so."""
+def _prove(model, calls, plan: Plan, backend: str, dynamic, reference: list, predict=None) -> Run:
+    """Replay with ``plan``; where a mark fails, fall back (unbacked -> dynamic -> maybe_dynamic) and say so.
+
+    A model that branches on an unbacked size may not fail but break into more graphs: then the
+    replay is repeated with ``mark_dynamic`` and the one with fewer graphs is kept, with a note.
+    """
+    run = _prove_once(model, calls, plan, backend, dynamic, reference)
+    if predict is not None and run.compiles > (plan.predicted or 0) and any(m.kind == "unbacked" for m in plan.marks):
+        alt = Plan(plan.label, [Mark(dim=m.dim, arg=m.arg, kind="dynamic" if m.kind == "unbacked" else m.kind) for m in plan.marks],
+                   dict(plan.transforms), dict(plan.config), dict(plan.pad), None, list(plan.notes))
+        alt.predicted = predict(alt)
+        other = _prove_once(model, calls, alt, backend, dynamic, reference)
+        if other.compiles < run.compiles:
+            other.notes.append(f"mark_unbacked gave {run.compiles} graphs here (the model guards on the size, so it "
+                               f"breaks into more graphs); mark_dynamic gave {other.compiles}: size 1 keeps its own graph")
+            plan.marks, plan.predicted = alt.marks, alt.predicted
+            return other
+    return run
+
+
+def _prove_once(model, calls, plan: Plan, backend: str, dynamic, reference: list) -> Run:
     fallback = {"unbacked": "dynamic", "dynamic": "maybe_dynamic"}
     for attempt in range(3):
         try:
