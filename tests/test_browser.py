@@ -198,9 +198,10 @@ def _write_settings(settings: Path) -> None:
         f.write_text(json.dumps(content))
 
 
-@pytest.fixture
-def lab_server(tmp_path):
-    """A JupyterLab server on 127.0.0.1 serving tmp_path/work; yields (base url, token, work dir)."""
+@pytest.fixture(scope="module")
+def lab_server(tmp_path_factory):
+    """One JupyterLab server on 127.0.0.1 for every bench (it starts once); yields (base url, token, work dir)."""
+    tmp_path = tmp_path_factory.mktemp("jupyterlab")
     work = tmp_path / "work"
     work.mkdir()
     settings = tmp_path / "settings"
@@ -278,7 +279,41 @@ def test_bench_in_jupyterlab(notebook, browser, lab_server):
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / f"{notebook.stem}-FAILED.png"), full_page=True)
         raise
-    page.close()
+    finally:
+        page.close()
+        _shutdown_kernels(base, token)
+
+
+def _shutdown_kernels(base: str, token: str) -> None:
+    """Stop the kernels this bench started, so the next bench has the machine to itself."""
+    try:
+        with urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=10) as r:
+            kernels = json.loads(r.read())
+        for k in kernels:
+            req = urllib.request.Request(f"{base}/api/kernels/{k['id']}?token={token}", method="DELETE")
+            urllib.request.urlopen(req, timeout=30).close()
+    except OSError:
+        pass  # the server is gone already: nothing left to stop
+
+
+ERROR_LINE = re.compile(r"^(\w+(?:Error|Exception))\b.*$", re.M)
+
+
+def _wait_for_bench(page, bench, copy: Path, seconds: float = 90) -> None:
+    """Wait until the bench shows; fail at once, with the error, when a cell of the reduced copy raises."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if bench.count():
+            bench.wait_for(timeout=10_000)
+            return
+        for text in page.locator("[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts():
+            m = ERROR_LINE.findall(text)
+            lines = [l for l in text.splitlines() if ERROR_LINE.match(l)]
+            if m and lines:
+                pytest.fail(f"{copy.name}, reduced to its parameters and `bench` cells, raised {lines[-1]!r}: "
+                            "a cell the bench needs is not tagged `bench` (or the bench cells do not run alone)")
+        time.sleep(1)
+    raise AssertionError(f"no lab bench appeared within {seconds:.0f} s in {copy.name}")
 
 
 def _status(bench):
@@ -301,7 +336,7 @@ def _drive(page, spec: BenchSpec, base: str, token: str, copy: Path, errors: lis
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
     bench = page.locator(".shapelab-bench").last
-    bench.wait_for(timeout=90_000)
+    _wait_for_bench(page, bench, copy)
     status = _status(bench).filter(has_text=re.compile("Done|Error")).first
     status.wait_for(timeout=180_000)
     assert "Error" not in status.inner_text(), f"the bench's first run failed: {status.inner_text()}"
@@ -324,6 +359,26 @@ def _drive(page, spec: BenchSpec, base: str, token: str, copy: Path, errors: lis
     bench.screenshot(path=str(shot))
     print(f"screenshot of the bench after the change: {shot}")
     _assert_legible(bench, spec)
+    _error_after_success(page, bench, copy)
+
+
+def _error_after_success(page, bench, copy: Path) -> None:
+    """Type text that is not a number into the bench's first text box and Run: the status says so and the
+    panes are marked as the last successful run (issue 17). Benches without a text box skip this part."""
+    boxes = bench.locator(".widget-text input[type='text']")
+    if not boxes.count():
+        return
+    field = boxes.first
+    field.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type("oops")
+    page.keyboard.press("Enter")
+    bench.locator("button.jupyter-button:has-text('Run')").click()
+    _status(bench).filter(has_text="Error").first.wait_for(timeout=60_000)
+    marked = bench.locator(".shapelab-stale").count()
+    assert marked >= 1, "after an error the panes should say they show the last successful run"
+    assert "last successful run" in _status(bench).inner_text()
+    bench.screenshot(path=str(SHOTS / f"{copy.stem}-after-error.png"))
 
 
 def _assert_legible(bench, spec: BenchSpec) -> None:

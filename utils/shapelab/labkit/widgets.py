@@ -45,7 +45,8 @@ STYLE = """<style>
 .shapelab-bench td, .shapelab-bench th { word-break: normal; overflow-wrap: break-word; }
 .shapelab-bench .shapelab-stale { color: #7a4100; background: #fff3e0; border-left: 3px solid #e08a00;
   padding: 2px 6px; margin-bottom: 4px; font-size: 12px; }
-.shapelab-bench .shapelab-pane-body.shapelab-dim { opacity: .55; }
+.shapelab-bench .widget-dropdown { width: auto; max-width: 100%; }
+.shapelab-bench .widget-dropdown > select { width: auto; min-width: 148px; max-width: 640px; }
 </style>"""
 
 ICON = ("<svg width='16' height='16' viewBox='0 0 16 16' style='vertical-align:-2px;margin-right:6px' "
@@ -69,7 +70,7 @@ class Steps:
         cap = f"<pre>{html.escape(self.caption)}</pre>" if self.caption else ""
         if not self.values:
             return cap + "<pre>(no calls)</pre>"
-        w, h, left, bottom, top, right = self.width, self.height, 34, 22, 8, 8
+        w, h, left, bottom, top, right = self.width, self.height, 34, 22, 18, 8
         n, lo, hi = len(self.values), min(0.0, min(self.values)), max(self.values)
         hi = hi if hi > lo else lo + 1
         x = lambda i: left + (w - left - right) * i / max(n, 1)  # noqa: E731
@@ -85,7 +86,7 @@ class Steps:
                 f"<text x='{left}' y='{h - 6}'>1</text>"
                 f"<text x='{w - right}' y='{h - 6}' text-anchor='end'>{n}</text>"
                 f"<text x='{(left + w - right) / 2:.0f}' y='{h - 6}' text-anchor='middle'>{html.escape(self.xlabel)}</text>"
-                f"<text x='{left + 4}' y='{top + 10}' fill='#555'>{html.escape(self.ylabel)}</text>")
+                f"<text x='{left}' y='11' fill='#555'>{html.escape(self.ylabel)}</text>")
         svg = (f"<svg class='shapelab-steps' viewBox='0 0 {w} {h}' width='{w}' height='{h}' "
                f"style='font:10px sans-serif' role='img' aria-label='{html.escape(self.ylabel)} per {self.xlabel}'>"
                f"{axis}<polyline fill='none' stroke='#1976d2' stroke-width='1.5' points='{' '.join(pts)}'/></svg>")
@@ -158,6 +159,7 @@ class LabBench:
         self._previous: dict | None = None  # control values at the last click
         self.button.on_click(lambda _button: self.click())
         boxes = []
+        self._boxes: dict[str, W.VBox] = {}
         for n, p in self.panes.items():
             p.add_class("shapelab-pane-body")
             box = W.VBox([W.HTML(f"<b>{html.escape(n)}</b>"), p],
@@ -165,6 +167,7 @@ class LabBench:
                                          margin="0 8px 8px 0"))
             box.add_class("shapelab-pane")
             boxes.append(box)
+            self._boxes[n] = box
         self.widget = W.VBox([
             W.HTML(STYLE),
             W.HTML(f"<h4 class='shapelab-bench-title' style='margin:4px 0'>{ICON}{html.escape(title)}</h4>"),
@@ -203,7 +206,8 @@ class LabBench:
                 if any(note.startswith(_label(w, k) + ":") for note in self._adjusted):
                     continue
                 edge = "maximum" if w.value == hi else "minimum"
-                notes.append(f"{_label(w, k)} is at its {edge}, {w.value!r}: a value typed beyond it is clamped to it")
+                beyond = "larger" if edge == "maximum" else "smaller"
+                notes.append(f"{_label(w, k)} is at its {edge} ({w.value!r}); a {beyond} value typed there is clamped to it")
         return notes
 
     def click(self) -> bool:
@@ -236,7 +240,8 @@ class LabBench:
         for name, content in result.items():
             self._ok_html[name] = to_html(content)
             self.panes[name].value = self._ok_html[name]
-            self.panes[name].remove_class("shapelab-dim")
+            if "<table" in self._ok_html[name]:  # a table needs the full row, or it would scroll sideways
+                self._boxes[name].layout.min_width = "100%"
         self.last_ok = values
         self.status.value = DONE + _notes_html(notes)
         return True
