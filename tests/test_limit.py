@@ -1,21 +1,43 @@
-"""shapelab.limit (lesson 03) against what PyTorch 2.13 measurably does at the recompile limit."""
+"""Lesson 03 (the recompile limit): its instruments, its page, its take-home cell, and its lab's graders
+against plausible wrong answers."""
 import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
+import nbformat  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 import shapelab as S  # noqa: E402
 from shapelab.lessons import l03_limit as L  # noqa: E402
+from shapelab.lessons import l03_limit_lab as LAB  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent))
+from takehome import run_takehome  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON = ROOT / "notebooks" / "03_recompile_limit.ipynb"
 SHAPES = [torch.ones(n) for n in range(2, 14)]
 
 
 def sin1(x):
     return x.sin() + 1
 
+
+def pointwise(x):
+    return torch.sigmoid(x * 1.5) * torch.tanh(x) + x
+
+
+# ---------------------------------------------------------------------------------------------
+# Instruments
+# ---------------------------------------------------------------------------------------------
 
 def test_quiet_dynamo_stderr_keeps_capture_and_restores_handlers(capfd):
     before = {n: list(logging.getLogger(n).handlers) for n in ("torch", "torch._dynamo")}
@@ -30,72 +52,29 @@ def test_quiet_dynamo_stderr_keeps_capture_and_restores_handlers(capfd):
     assert {n: list(logging.getLogger(n).handlers) for n in before} == before
 
 
-def test_pointwise_block_keeps_shape():
-    x = torch.randn(5, 7)
-    assert L.pointwise_block(x).shape == x.shape
-
-
-def test_time_fall_back_reads_the_path_from_the_record():
+def test_time_fall_back_reads_the_path_from_the_record(capfd):
     inputs = [torch.randn(n, 16) for n in (32, 34, 36)]
-    t = L.time_fall_back(L.pointwise_block, inputs, limit=2, backend="eager", repeats=3, inner=1)
+    t = L.time_fall_back(pointwise, inputs, limit=2, backend="eager", repeats=3, inner=1)
     assert t.record.count == 2 and t.record.limit_hit
     assert [r["_path"] for r in t.rows] == ["compiled", "compiled", "fell back"]
     assert t.table()[2]["ran"] == "eager (limit hit)" and "_ratio" not in t.table()[0]
     assert t.ratio("fell back") > 0 and t.threads == 1
+    assert "recompile_limit" not in capfd.readouterr().err  # section 1 showed the warning already
     with pytest.raises(ValueError, match="no shape"):
         t.ratio("eager")
     with pytest.raises(ValueError, match="at least one input"):
-        L.time_fall_back(L.pointwise_block, [], limit=2)
-
-
-def test_limit_names_and_aliases():
-    rows = {r["older name"]: r for r in L.limit_names()}
-    assert rows["cache_size_limit"]["value"] == 8 and rows["cache_size_limit"]["older name works"] == "yes (alias)"
-    assert rows["accumulated_cache_size_limit"]["value"] == 256
-    assert "recompile_limit=N" in rows["(none)"]["name here"]
-    assert rows["FailOnCacheLimitHit"]["name here"].endswith("FailOnRecompileLimitHit")
-
-
-def test_compile_kwarg_limit_counts():
-    assert L.compile_kwarg_counts(sin1, SHAPES[:6], 3) == [1, 2, 3, 3, 3, 3]
-    with pytest.raises(ValueError):
-        L.compile_kwarg_counts(sin1, SHAPES, 0)
-
-
-def test_accumulated_limit_is_kept_per_function():
-    counts = L.accumulated_scope(shapes=7, accumulated=5, functions=2)
-    assert counts == {"scope_a": [1, 2, 3, 4, 5, 5, 5], "scope_b": [1, 2, 3, 4, 5, 5, 5]}
-    with pytest.raises(ValueError):
-        L.accumulated_scope(accumulated=0)
-
-
-def test_detect_all_matches_measured_behaviour():
-    rows = {d.method: d for d in L.detect_all(sin1, SHAPES)}
-    assert set(rows) == set(L.DETECTORS)
-    assert not rows["warnings.catch_warnings"].noticed
-    assert rows["counters"].noticed and "total 9, ok 8" in rows["counters"].detail
-    assert rows["log handler"].noticed and "recompile_limit (8)" in rows["log handler"].detail
-    for m in ("fail_on_recompile_limit_hit", "fullgraph=True"):
-        assert rows[m].raised == "FailOnRecompileLimitHit" and rows[m].at_call == 8
-    assert rows["set_stance after warm-up"].raised == "RuntimeError" and rows["set_stance after warm-up"].at_call == 1
-    blind = rows["set_stance after the limit"]
-    assert not blind.noticed and blind.fell_back == 6  # 4 from the run, 2 new shapes under the stance
-    assert set(blind.row()) >= {"method", "noticed", "raised", "use it in"}
-    assert L.detect("fullgraph=True", sin1, SHAPES[:5], limit=3).at_call == 3
-    with pytest.raises(ValueError, match="unknown method"):
-        L.detect("prayer", sin1, SHAPES)
+        L.time_fall_back(pointwise, [], limit=2)
 
 
 def test_model_is_causal_so_end_padding_is_exact():
     model = L.make_model(8, seed=1)
     make = L.request_maker(8)
     x = make(5)
-    padded = torch.nn.functional.pad(x, (0, 0, 0, 3))
+    padded = F.pad(x, (0, 0, 0, 3))
     with torch.no_grad():
         assert torch.allclose(model(padded)[:, :5], model(x), atol=1e-6)
         assert torch.allclose(model(x.half(), torch.tensor(0.5)), model(x, 0.5), atol=1e-2)
     assert make(5).shape == (1, 5, 8) and torch.equal(make(5), make(5))
-    assert isinstance(L.TinySeqModel(4), torch.nn.Module)
     with pytest.raises(ValueError):
         L.TinySeqModel(0)
 
@@ -110,7 +89,7 @@ def test_fix_policy_names_and_values():
         L.fix_policy("pray")
 
 
-def test_serve_fixes_story_counts():
+def test_serve_fixes_story_counts_and_the_diagnosis():
     model = L.make_model(8)
     lengths = S.request_lengths(40, 256, "uniform", distinct=20, seed=2)
     reps = L.serve_fixes(model, lengths, make_input=L.request_maker(8), max_len=256, warmup=[5, 9, 40],
@@ -123,9 +102,12 @@ def test_serve_fixes_story_counts():
     assert dyn.compiles <= 2 and dyn.fell_back == 0
     d = L.diagnose(none.record, skip=3)
     assert d.calls == 40 and d.compiles == 8 and d.limit_hit and d.fell_back == none.fell_back
-    assert d.reason_kinds == {"size of x, dim 1": 8} or d.reason_kinds == {"size of x, dim 1": 7}
+    assert d.reason_kinds == {"size of x, dim 1": 7}
     assert "recompile_limit (8)" in d.warning and len(d.lines()) == 3
     assert d.distinct_inputs == len(set(lengths))
+    # every failed guard of the last recompile: one per cached graph, all about the length
+    last = none.record.compiles[-1]
+    assert len(last.failures) == 7 and all("index 1" in f for f in last.failures)
 
 
 def test_reason_kind_classifies_guard_failures():
@@ -137,35 +119,31 @@ def test_reason_kind_classifies_guard_failures():
     assert L.reason_kind(None) == "first compile" and L.reason_kind("grad mode changed") == "other"
 
 
-def test_other_causes_each_exhaust_the_limit():
-    recs = L.other_causes()
-    kinds = {"int argument (loop count)": "value of steps", "module attribute (step counter)": "value of self.step",
-             "dtype flips (with batch 4, 8 and 1)": "dtype of t"}
-    for name, rec in recs.items():
-        assert rec.counts == [1, 2, 3, 4, 5, 6, 7, 8, 8, 8, 8, 8], name
-        assert rec.fell_back == [8, 9, 10, 11], name
-        assert L.reason_kind(rec.reasons[0]) == kinds[name]
-    assert L.repeat_steps(torch.zeros(2), 0).sum() == 0
-    counter = L.StepCounter(4)
-    counter(torch.ones(1, 4))
-    assert counter.step == 1
+_CHILD = """
+import torch
+f = torch.compile(lambda x: torch.sin(x) * 2 + 1, backend="eager", dynamic=False)
+for n in range(2, 14):
+    f(torch.randn(n, 8))
+"""
 
 
 def test_trace_and_tlparse_summary(tmp_path):
-    run = L.record_trace(tmp_path / "trace", requests=30, distinct=20)
-    assert run.log is not None and run.log.exists() and run.compiles == 8 and run.fell_back > 0
-    if L.tlparse_binary() is None:
+    env = dict(os.environ, TORCH_TRACE=str(tmp_path / "trace"))
+    subprocess.run([sys.executable, "-c", _CHILD], env=env, check=True, capture_output=True, timeout=240)
+    logs = sorted((tmp_path / "trace").glob("*.log"))
+    assert logs
+    tlparse = Path(sys.executable).parent / "tlparse"
+    if not tlparse.exists():
         pytest.skip("tlparse is not installed here")  # installed with the course's environment
-    out = L.run_tlparse(run.log, tmp_path / "report")
-    summary = L.trace_summary(out)
-    assert summary.graphs == 8 and len(summary.failures) == 1
+    subprocess.run([str(tlparse), str(logs[-1]), "-o", str(tmp_path / "report"), "--overwrite", "--no-browser"],
+                   check=True, capture_output=True, timeout=120)
+    summary = L.trace_summary(tmp_path / "report")
+    assert summary.graphs == 8 and len(summary.rows) == 9 and len(summary.failures) == 1
     assert "recompile limit" in summary.failures[0]["outcome"].lower()
-    assert all(L.reason_kind(r) == "size of x, dim 1" for r in summary.reasons)
+    assert all(L.reason_kind(r) == "size of x, dim 0" for r in summary.reasons)
     assert "graphs compiled: 8" in summary.lines()[0]
     with pytest.raises(FileNotFoundError):
         L.trace_summary(tmp_path)
-    with pytest.raises(ValueError, match="distribution"):
-        L.record_trace(tmp_path, distribution="zipf")
 
 
 def test_bench_run_panes_and_bad_input():
@@ -193,46 +171,207 @@ def test_bench_controls_change_panes():
     assert bench.click() and bench.pane_text("fell back").strip().startswith("no:")
 
 
-def test_mystery_service_causes_and_checks():
-    causes = {L.mystery_service(s)._cause for s in range(6)}
-    assert causes == set(L.MYSTERY_CAUSES)
-    svc = next(L.mystery_service(s) for s in range(6) if L.mystery_service(s)._cause == "temperature")
-    traffic = svc.traffic(30)
-    assert traffic == svc.traffic(30) and traffic != svc.traffic(30, seed=5)
-    rec = svc.replay(traffic)
-    assert rec.limit_hit and L.reason_kind(rec.reasons[0]) == "value of temperature"
-    assert L.check_diagnosis(svc, True, "temperature")[0]
-    assert not L.check_diagnosis(svc, None, None)[0]
-    assert not L.check_diagnosis(svc, False, "temperature")[0]
-    assert "not what varies" in L.check_diagnosis(svc, True, "lengths")[1]
-    assert not L.check_diagnosis(svc, True, "moon")[0]
-    assert L.check_fix(svc, lambda r: (svc.tensor(r), torch.tensor(r.temperature)), requests=30)[0]
-    ok, msg = L.check_fix(svc, svc.default_args, requests=30)
-    assert not ok and "still falls back" in msg
-    ok, msg = L.check_fix(svc, lambda r: (svc.tensor(r) * 2, torch.tensor(r.temperature)), requests=10)
-    assert not ok and "wrong answers" in msg
-    assert not L.check_fix(svc, None)[0] and not L.check_fix(svc, 3)[0]
-    ok, msg = L.check_fix(svc, lambda r: 1 / 0, requests=5)
+# ---------------------------------------------------------------------------------------------
+# The page: the subject typed in the cells, predictions before answers, the take-home cell
+# ---------------------------------------------------------------------------------------------
+
+def _cells(kind):
+    return [c for c in nbformat.read(LESSON, as_version=4).cells if c.cell_type == kind]
+
+
+def test_lesson_types_the_pytorch_it_teaches():
+    code = "\n".join(c.source for c in _cells("code"))
+    for raw in ("torch.compile(head, backend=cnt, dynamic=False)", "recompile_limit=3)",
+                "torch._dynamo.config.patch(cache_size_limit=4)", "torch._dynamo.config.patch(fail_on_recompile_limit_hit=True)",
+                "counters[\"frames\"]", "counters.clear()", "class LimitAlarm(logging.Handler)",
+                "logging.getLogger(\"torch._dynamo\")", "fullgraph=True", "torch.compiler.set_stance(\"fail_on_recompile\")",
+                "torch._logging.set_logs(recompiles=True)", "torch._logging.set_logs()", "TORCH_TRACE=",
+                "torch._dynamo.mark_dynamic(x, 1)", "torch.compiler.reset()", "CompileCounter()", "tlparse"):
+        assert raw in code, f"lesson 03 no longer types {raw!r}"
+    for cell in _cells("code"):
+        helpers = set(re.findall(r"\bL\.(\w+)\(", cell.source))
+        assert len(helpers) <= 1, f"more than one lesson-helper call in a cell: {helpers}\n{cell.source[:200]}"
+        assert "inspect.getsource" not in cell.source
+
+
+def test_predictions_come_before_their_answers():
+    cells = nbformat.read(LESSON, as_version=4).cells
+    prompts = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and "> **Predict first.**" in c.source]
+    assert len(prompts) >= 8
+    for i in prompts:
+        after = cells[i].source.split("> **Predict first.**", 1)[1]
+        assert "#" not in after, "a heading follows a prompt in its own cell"
+        assert cells[i + 1].cell_type == "code", "the experiment (or predicted = ...) must follow the prompt"
+    predicted = [c for c in cells if c.cell_type == "code" and re.search(r"^predicted_\w+ = \.\.\.", c.source, re.M)]
+    assert len(predicted) >= 6
+    revealed = "\n".join(c.source for c in cells if c.cell_type == "code")
+    for c in predicted:
+        for name in re.findall(r"^(predicted_\w+) = \.\.\.", c.source, re.M):
+            assert f"S.reveal({name}," in revealed, f"{name} is never compared with the run"
+    # headings name the topic, never a figure a run measures (only the section number)
+    for c in cells:
+        if c.cell_type == "markdown":
+            for line in c.source.splitlines():
+                if line.startswith("#"):
+                    assert not re.search(r"\d", re.sub(r"^#+ (\d+\. )?(0?3 · )?", "", line)), line
+
+
+def test_markdown_states_no_figure_a_parameter_can_change():
+    text = "\n".join(c.source for c in _cells("markdown"))
+    for phrase in ("most production requests", "134 of 160", "39 lengths", "for L = 512 that is 10"):
+        assert phrase not in text
+
+
+def test_takehome_cell_runs_without_the_course_library():
+    out = run_takehome(LESSON)
+    assert "graphs: 8" in out and "limit warnings: 1" in out
+    assert "frames total/ok: 9 8" in out
+    assert "raised at call: 8" in out and "graphs with mark_dynamic: 1" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# Lab 03: graders against right and wrong answers
+# ---------------------------------------------------------------------------------------------
+
+def diagnose_right(record):
+    fell_back = any(c.fell_back for c in record.calls)
+    failed = [f for e in record.compiles for f in e.failures]
+    if any("index 1" in f for f in failed):
+        return fell_back, "lengths"
+    if any("index 0" in f for f in failed):
+        return fell_back, "batch"
+    return fell_back, "temperature"
+
+
+def test_mystery_service_keeps_its_cause_out_of_reach():
+    services = [LAB.mystery_service(s) for s in range(6)]
+    for svc in services:
+        assert not any(isinstance(v, str) and v in LAB.MYSTERY_CAUSES for v in vars(svc).values())
+        assert not hasattr(svc, "_cause") and "cause" not in repr(svc)
+    causes = set()
+    for svc in services:
+        t = svc.traffic(12)
+        assert t == svc.traffic(12) and t != svc.traffic(12, seed=5)
+        varies = [f for f in ("length", "batch", "temperature") if len({getattr(r, f) for r in t}) > 1]
+        assert len(varies) == 1
+        causes.add(varies[0])
+        assert len({getattr(r, varies[0]) for r in svc.staging_traffic(30)}) <= 3
+    assert causes == {"length", "batch", "temperature"}
+
+
+def test_check_diagnosis_right_and_wrong_answers():
+    ok, msg = LAB.check_diagnosis(diagnose_right)
+    assert ok, msg
+    wrong = {
+        "always the same cause": lambda r: (bool(r.fell_back), "lengths"),
+        "always fell back": lambda r: (True, diagnose_right(r)[1]),
+        "shapes only, blind to a float": lambda r: (bool(r.fell_back), "lengths" if len({c.shapes[0][1] for c in r.calls}) > 1 else "batch"),
+        "the first failure only, misread": lambda r: (bool(r.fell_back), "batch" if r.compiles[1:] and "index 1" in r.compiles[1].failures[0] else "lengths"),
+    }
+    for name, answer in wrong.items():
+        ok, msg = LAB.check_diagnosis(answer)
+        assert not ok, name
+        assert not any(f"{c!r} for" in msg or f"was {c!r}" in msg for c in LAB.MYSTERY_CAUSES), msg
+    ok, msg = LAB.check_diagnosis(lambda r: "lengths")
+    assert not ok and "pair" in msg
+    ok, msg = LAB.check_diagnosis(lambda r: 1 / 0)
     assert not ok and "ZeroDivisionError" in msg
-    assert torch.equal(svc.reference(traffic[0]), svc.reference(traffic[0]))
-    assert svc.default_args(traffic[0])[1] == traffic[0].temperature
+    assert not LAB.check_diagnosis(None)[0] and not LAB.check_diagnosis(3)[0]
 
 
-def test_check_prediction_compares_with_a_replay():
-    warm, lengths = [4, 9], [4, 5, 6, 7, 8, 10, 11, 12, 13, 5, 13]
-    # graphs for 4, 9, 5, 6, 7, 8, 10, 11; then 12 and 13 (three requests) run eagerly
-    assert L.check_prediction(3, lengths, warmup=warm)[0]
-    ok, msg = L.check_prediction(2, lengths, warmup=warm)
-    assert not ok and "measured 3 of 11" in msg
-    assert not L.check_prediction(None, lengths)[0] and not L.check_prediction(2.0, lengths)[0]
+def count_right(warm, lengths, limit):
+    arrivals = list(dict.fromkeys(list(warm) + list(lengths)))
+    return sum(n not in set(arrivals[:limit]) for n in lengths)
 
 
-def test_check_strict_runner_accepts_the_flag_and_rejects_the_rest():
-    def flag(fn, inputs):
-        with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
-            c = torch.compile(fn, backend="eager", dynamic=False)
-            for x in inputs:
-                c(x)
+def test_check_count_right_and_wrong_answers():
+    assert LAB.check_count(count_right)[0]
+    wrong = {
+        "off by one": lambda w, ls, k: count_right(w, ls, k + 1),
+        "ignores the warm-up": lambda w, ls, k: count_right([], ls, k),
+        "counts distinct lengths, not requests": lambda w, ls, k: len(set(ls) - set(list(dict.fromkeys(list(w) + list(ls)))[:k])),
+        "requests past the k-th": lambda w, ls, k: max(0, len(ls) - k),
+        "a typed-in number": lambda w, ls, k: 3,
+    }
+    for name, answer in wrong.items():
+        ok, msg = LAB.check_count(answer)
+        assert not ok and "differs from the replay" in msg, name
+        assert not re.search(r"\bmeasured \d|\bexpected\b", msg), msg
+
+    def library_shortcut(w, ls, k):  # a replay through the course's serving instrument
+        return L.serve_fixes(L.make_model(4), ls, make_input=L.request_maker(4), max_len=64, warmup=w,
+                             fixes=["none"], limit=k)[0].fell_back
+
+    ok, msg = LAB.check_count(library_shortcut)
+    assert not ok and "compiled something" in msg
+    assert not LAB.check_count(lambda w, ls, k: 2.0)[0] and not LAB.check_count(None)[0]
+
+
+@pytest.fixture(scope="module")
+def temperature_service():
+    return LAB.MysteryService(3, _cause="temperature")
+
+
+def test_check_fix_right_and_wrong_answers(temperature_service):
+    svc = temperature_service
+    ok, msg = LAB.check_fix(svc, lambda r: (svc.tensor(r), torch.tensor(r.temperature)), requests=24)
+    assert ok, msg
+    ok, msg = LAB.check_fix(svc, svc.default_args, requests=24)
+    assert not ok and "still falls back" in msg
+    ok, msg = LAB.check_fix(svc, lambda r: (svc.tensor(r) * 2, torch.tensor(r.temperature)), requests=10)
+    assert not ok and "wrong answers" in msg
+
+    def stop_compiling(r):  # a fix that stops compiling instead of fixing the cause
+        torch.compiler.set_stance("force_eager")
+        return svc.default_args(r)
+
+    ok, msg = LAB.check_fix(svc, stop_compiling, requests=12)
+    assert not ok and "no compiled graph" in msg
+    ok, msg = LAB.check_fix(svc, lambda r: (svc.tensor(r), round(r.temperature, 1)), requests=24)
+    assert not ok and "wrong answers" in msg  # rounding the float: fewer graphs, other answers
+    ok, msg = LAB.check_fix(svc, lambda r: 1 / 0, requests=5)
+    assert not ok and "ZeroDivisionError" in msg
+    assert not LAB.check_fix(svc, None)[0] and not LAB.check_fix(svc, 3)[0]
+
+
+def strict_right(fn, inputs):
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        c = torch.compile(fn, backend="eager", dynamic=False)
+        for x in inputs:
+            c(x)
+
+
+def test_check_strict_runner_right_and_wrong_answers():
+    assert LAB.check_strict_runner(strict_right)[0]
+
+    def fullgraph(fn, inputs):
+        c = torch.compile(fn, backend="eager", dynamic=False, fullgraph=True)
+        for x in inputs:
+            c(x)
+
+    assert LAB.check_strict_runner(fullgraph)[0]
+
+    def ninth_call_without_compiling(fn, inputs):
+        for i, x in enumerate(inputs):
+            if i == 8:
+                raise torch._dynamo.exc.FailOnRecompileLimitHit("recompile limit")
+            fn(x)
+
+    def counts_calls(fn, inputs):
+        c = torch.compile(fn, backend="eager", dynamic=False)
+        for i, x in enumerate(inputs):
+            if i >= torch._dynamo.config.recompile_limit:
+                raise torch._dynamo.exc.FailOnRecompileLimitHit("recompile limit")
+            c(x)
+
+    def own_error(fn, inputs):
+        c = torch.compile(fn, backend="eager", dynamic=False)
+        seen = set()
+        for x in inputs:
+            seen.add(tuple(x.shape))
+            if len(seen) > torch._dynamo.config.recompile_limit:
+                raise RuntimeError("recompile limit")
+            c(x)
 
     def stance(fn, inputs):
         c = torch.compile(fn, backend="eager", dynamic=False)
@@ -246,20 +385,48 @@ def test_check_strict_runner_accepts_the_flag_and_rejects_the_rest():
         for x in inputs:
             c(x)
 
-    assert L.check_strict_runner(flag)[0]
-    assert "just 4 shapes" in L.check_strict_runner(stance)[1]
-    assert "silently" in L.check_strict_runner(plain)[1]
-    assert not L.check_strict_runner(None)[0] and not L.check_strict_runner("x")[0]
+    def leaks(fn, inputs):
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
+        plain(fn, inputs)
+
+    cases = {ninth_call_without_compiling: ("nothing was compiled", "within the limit"), counts_calls: "within the limit",
+             own_error: "not torch's recompile-limit error", stance: "within the limit", plain: "silently",
+             leaks: "configuration changed"}
+    try:
+        for answer, why in cases.items():
+            ok, msg = LAB.check_strict_runner(answer)
+            assert not ok and any(w in msg for w in ((why,) if isinstance(why, str) else why)), (answer.__name__, msg)
+    finally:
+        torch._dynamo.config.fail_on_recompile_limit_hit = False
+    assert not LAB.check_strict_runner(None)[0] and not LAB.check_strict_runner("x")[0]
 
 
-def test_patterns_and_choices():
-    assert set(L.PATTERNS) == {"A", "B", "C"}
-    ok, msg = L.check_choices({"A": "bucket128", "B": "raise_limit", "C": "mark_dynamic"})
+def test_strict_runner_check_uses_hidden_limits():
+    limits = set()
+    for seed in range(6):
+        import random
+
+        limits.add(random.Random(f"strict-{seed}").randint(3, 6))
+    assert len(limits) > 1 and 8 not in limits
+
+
+def test_check_choices_wants_the_measured_number():
+    right = {p: (f, LAB.serve_pattern(LAB.PATTERNS[p].lengths, f, LAB.PATTERNS[p].max_len).compiles)
+             for p, f in {"A": "bucket128", "B": "raise_limit", "C": "mark_dynamic"}.items()}
+    ok, msg = LAB.check_choices(right)
     assert ok, msg
-    ok, msg = L.evaluate_fix(L.PATTERNS["A"], "pow2")
-    assert not ok and "fell back" in msg  # ten power-of-two buckets for 1..512: past the limit
-    ok, msg = L.evaluate_fix(L.PATTERNS["B"], "bucket128")
+    guessed = dict(right, A=("bucket128", right["A"][1] + 1))
+    ok, msg = LAB.check_choices(guessed)
+    assert not ok and "not what a replay" in msg
+    p2 = LAB.serve_pattern(LAB.PATTERNS["A"].lengths, "pow2", 512)
+    ok, msg = LAB.check_choices(dict(right, A=("pow2", p2.compiles)))
+    assert not ok and "breaks a goal" in msg and "fell back" in msg
+    b = LAB.serve_pattern(LAB.PATTERNS["B"].lengths, "bucket128", 320)
+    ok, msg = LAB.check_choices(dict(right, B=("bucket128", b.compiles)))
     assert not ok and "padding is not allowed" in msg
-    assert not L.evaluate_fix(L.PATTERNS["A"], "teleport")[0]
-    assert not L.check_choices(None)[0] and not L.check_choices(["A"])[0]
-    assert "no fix chosen" in L.check_choices({"A": "bucket128"})[1]
+    ok, msg = LAB.check_choices({"A": "bucket128", "B": "raise_limit", "C": "mark_dynamic"})
+    assert not ok and "pair" in msg
+    assert not LAB.check_choices(None)[0] and not LAB.check_choices(["A"])[0]
+    assert "no fix chosen" in LAB.check_choices({"A": right["A"]})[1]
+    with pytest.raises(ValueError, match="not a fix"):
+        LAB.serve_pattern([4], "teleport", 8)

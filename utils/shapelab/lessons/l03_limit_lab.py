@@ -1,0 +1,506 @@
+"""Lab 03's graders: a mystery service, a fall-back count, a fix, a strict runner, a choice of fix.
+
+Every check runs the learner's code on cases they did not see (other services, other traffic
+samples, other limits, fresh functions, a clean compile state), compiles and re-measures itself,
+says what went wrong in the learner's terms and never prints the value the learner was asked for.
+"""
+from __future__ import annotations
+
+import contextlib
+import random
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from ..instruments import compat
+from ..instruments.inputs import make_tensor, validate_count
+from ..instruments.isolation import isolated, snapshot
+from ..instruments.observe import ExperimentError, Observer, Record
+from ..instruments.serving import replay
+from ..instruments.timing import cpu_threads, fmt_seconds
+from ..instruments.traffic import request_lengths
+from ..labkit.checks import unanswered
+from .l03_limit import FIXES, fix_policy, make_model, quiet_dynamo_stderr
+
+MYSTERY_CAUSES = {
+    "lengths": "the sequence length of the requests varies",
+    "batch": "the number of sequences per request varies",
+    "temperature": "a Python float sent with each request varies",
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request to the mystery service: ``batch`` sequences of ``length`` tokens, and a
+    sampling ``temperature``."""
+
+    batch: int
+    length: int
+    temperature: float = 1.0
+
+
+def _traffic_source(service_seed: int, cause: str, max_len: int, max_batch: int):
+    """The service's traffic generators, closed over the hidden cause (no attribute holds it)."""
+
+    def draw(n: int, seed: int, distinct: tuple[int, int, int]) -> list[Request]:
+        validate_count("n", n)
+        rng = random.Random(f"traffic-{service_seed}-{seed}-{distinct}")
+        lengths = request_lengths(n, max_len, "uniform", distinct=distinct[0], seed=rng.randrange(10**6))
+        batches = request_lengths(n, max_batch, "uniform", distinct=distinct[1], seed=rng.randrange(10**6))
+        pool = sorted({round(rng.uniform(0.5, 1.5), 2) for _ in range(4 * distinct[2])})[: distinct[2]]
+        temps = [rng.choice(pool) for _ in range(n)]
+        return [Request(batch=batches[i] if cause == "batch" else 2,
+                        length=lengths[i] if cause == "lengths" else 48,
+                        temperature=temps[i] if cause == "temperature" else 1.0) for i in range(n)]
+
+    def production(n: int, seed: int = 0) -> list[Request]:
+        """``n`` production requests; a different ``seed`` is a fresh sample of the same traffic."""
+        return draw(n, seed, (40, 24, 40))
+
+    def staging(n: int, seed: int = 0) -> list[Request]:
+        """``n`` staging requests: the same kind of traffic, but only a few distinct values."""
+        return draw(n, seed, (3, 3, 3))
+
+    return production, staging
+
+
+class MysteryService:
+    """A compiled ``TinySeqModel`` behind a request handler, deployed with ``dynamic=False``.
+
+    It is fast on staging traffic and falls back to eager on production traffic, for one hidden
+    cause out of ``MYSTERY_CAUSES`` (drawn from ``seed``). ``traffic(n, seed)`` draws production
+    requests, ``staging_traffic(n, seed)`` staging ones; ``replay(requests, adapter)`` serves
+    them and returns the ``Record``. An adapter turns a request into the model's call arguments
+    ``(x, temperature)``; the service's own adapter is ``default_args``.
+    """
+
+    max_len = 256
+    max_batch = 32
+
+    def __init__(self, seed: int = 0, width: int = 16, backend: str = "eager", threads: int | None = 1,
+                 *, _cause: str | None = None):
+        self.seed = seed
+        self.threads = threads
+        self.width = validate_count("width", width)
+        self.backend = backend
+        cause = _cause or random.Random(f"service-{seed}").choice(sorted(MYSTERY_CAUSES))
+        self.traffic, self.staging_traffic = _traffic_source(seed, cause, self.max_len, self.max_batch)
+        self.model = make_model(width, seed)
+
+    def __repr__(self) -> str:
+        return f"MysteryService(seed={self.seed})"
+
+    def tensor(self, request: Request) -> torch.Tensor:
+        """The request's input tensor ``(batch, length, width)`` (same values every time)."""
+        return make_tensor((request.batch, request.length, self.width), seed=request.batch * 1000 + request.length)
+
+    def default_args(self, request: Request) -> tuple:
+        """What the service passes to the model today: the tensor as it is, and the float."""
+        return self.tensor(request), request.temperature
+
+    def reference(self, request: Request) -> torch.Tensor:
+        """The right answer for a request: the model in plain eager PyTorch."""
+        with torch.no_grad():
+            return self.model(self.tensor(request), request.temperature)
+
+    def replay(self, requests: Sequence[Request], adapter: Callable | None = None, *,
+               keep_outputs: bool = False) -> Record:
+        """Serve ``requests`` (compiled, ``dynamic=False``) through ``adapter`` (default: the
+        service's own); return the record. With ``keep_outputs`` the record gains ``outputs``."""
+        adapter = adapter or self.default_args
+        outputs = []
+        with quiet_dynamo_stderr(), torch.no_grad(), cpu_threads(self.threads), \
+                Observer(self.model, dynamic=False, backend=self.backend) as obs:
+            for r in requests:
+                args = adapter(r)
+                if not isinstance(args, tuple):
+                    args = (args,)
+                out = obs(*args)
+                if keep_outputs:
+                    outputs.append(out)
+        rec = obs.record
+        if keep_outputs:
+            rec.outputs = outputs  # type: ignore[attr-defined]
+        return rec
+
+
+def mystery_service(seed: int = 0, **kwargs) -> MysteryService:
+    """The lab's mystery service for ``seed``."""
+    return MysteryService(seed, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1: a diagnosis that works on services the learner never saw
+# ---------------------------------------------------------------------------------------------
+
+def _hidden_records(seed: int, requests: int) -> list[tuple[str, str, Record]]:
+    """(what the case is, its cause, the record) for one hidden production service per cause, and
+    one hidden service under staging traffic (it never reaches the limit)."""
+    out = []
+    for i, cause in enumerate(sorted(MYSTERY_CAUSES)):
+        svc = MysteryService(10_000 + 7 * seed + i, width=8, _cause=cause)
+        out.append(("production", cause, svc.replay(svc.traffic(requests, seed=seed + 3))))
+    cause = random.Random(f"staging-{seed}").choice(sorted(MYSTERY_CAUSES))
+    svc = MysteryService(20_000 + seed, width=8, _cause=cause)
+    out.append(("staging", cause, svc.replay(svc.staging_traffic(requests // 2, seed=seed))))
+    return out
+
+
+def check_diagnosis(diagnose, *, seed: int = 0, requests: int = 20) -> tuple[bool, str]:
+    """Exercise check: ``diagnose(record) -> (fell_back, cause)`` must be right on hidden services:
+    one per cause under production traffic, and one under staging traffic that never falls back."""
+    if unanswered(diagnose):
+        return False, "write diagnose(record) -> (fell_back, cause) first"
+    if not callable(diagnose):
+        return False, f"diagnose must be a function of one record, got {type(diagnose).__name__}"
+    for kind, cause, rec in _hidden_records(seed, requests):
+        try:
+            answer = diagnose(rec)
+        except Exception as e:  # noqa: BLE001  (the learner's code; the error is feedback)
+            return False, f"diagnose raised {type(e).__name__} on a hidden service's record: {str(e)[:120]}"
+        if not (isinstance(answer, tuple) and len(answer) == 2):
+            return False, f"diagnose should return a pair (fell_back, cause), got {answer!r}"
+        fell_back, named = answer
+        if not isinstance(fell_back, bool):
+            return False, f"fell_back should be True or False, got {fell_back!r}"
+        if named not in MYSTERY_CAUSES:
+            return False, f"cause should be one of {', '.join(map(repr, MYSTERY_CAUSES))}, got {named!r}"
+        truth = bool(rec.fell_back)
+        if fell_back != truth:
+            return False, ("on a hidden service that never hit the limit, your diagnose says it fell back: "
+                           "read the record's calls, not an assumption" if not truth else
+                           "on a hidden service whose calls ran eagerly after the limit, your diagnose says they "
+                           "did not: which calls ran no compiled graph?")
+        if kind == "production" and named != cause:
+            return False, (f"on a hidden service your diagnose named {named!r}, and that is not what varies there: "
+                           "read which guard fails (every failed guard of a recompile, e.failures), not a fixed answer")
+    return True, "right on four services you had not seen: three that fell back, one that did not"
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2: count the fall-backs without compiling
+# ---------------------------------------------------------------------------------------------
+
+def _probe(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x) * 2 + 1
+
+
+def _measured_fallbacks(warm: Sequence[int], lengths: Sequence[int], limit: int) -> int:
+    """Requests of ``lengths`` that ran eagerly after a warm-up on ``warm``, measured: a tiny
+    function compiled with ``dynamic=False`` under ``limit``, one call per length."""
+    with quiet_dynamo_stderr(), Observer(_probe, dynamic=False, recompile_limit=limit) as obs:
+        for n in list(warm) + list(lengths):
+            obs(torch.ones(1, n))
+    return sum(c.fell_back for c in obs.record.calls[len(warm):])
+
+
+def _count_cases(seed: int) -> list[tuple[str, list[int], list[int], int]]:
+    rng = random.Random(f"count-{seed}")
+    limit = rng.randint(3, 6)
+    drawn = [rng.randint(2, 24) for _ in range(14)]
+    return [
+        ("a case where lengths compiled before the limit come back after it", [], [5, 6, 7, 8, 5, 9, 8, 6, 7], 3),
+        ("a case whose warm-up took graphs of its own", [10, 11], [12, 13, 10, 14, 12, 15], 4),
+        ("a case with fewer distinct lengths than the limit", [3], [4, 5, 3, 4, 5], 5),
+        (f"a randomly drawn case with limit {limit}", [rng.randint(2, 24)], drawn, limit),
+    ]
+
+
+def check_count(count_fallbacks, *, seed: int = 0) -> tuple[bool, str]:
+    """Exercise check: ``count_fallbacks(warm, lengths, limit)`` must equal what a replay measures
+    on hidden cases, and must not compile anything itself (``torch.compile`` is watched while it runs)."""
+    if unanswered(count_fallbacks):
+        return False, "write count_fallbacks(warm, lengths, limit) first"
+    if not callable(count_fallbacks):
+        return False, f"count_fallbacks must be a function, got {type(count_fallbacks).__name__}"
+    for what, warm, lengths, limit in _count_cases(seed):
+        with _watch_compile() as compiled:
+            try:
+                got = count_fallbacks(list(warm), list(lengths), limit)
+            except Exception as e:  # noqa: BLE001
+                return False, f"count_fallbacks raised {type(e).__name__} on {what}: {str(e)[:120]}"
+        if compiled:
+            return False, ("count_fallbacks compiled something: count from the lengths alone, as you could before "
+                           "the traffic arrives")
+        if isinstance(got, bool) or not isinstance(got, int):
+            return False, f"count_fallbacks should return a whole number of requests, got {got!r}"
+        if got != _measured_fallbacks(warm, lengths, limit):
+            return False, f"your count differs from the replay on {what}"
+    return True, "your counts match the replays on four hidden cases, without compiling anything"
+
+
+@contextlib.contextmanager
+def _watch_compile():
+    """Within the block, note every call of ``torch.compile`` (the learner's or a library's)."""
+    calls: list[int] = []
+    original = torch.compile
+
+    def watched(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    torch.compile = watched
+    try:
+        yield calls
+    finally:
+        torch.compile = original
+
+
+def _graphs() -> int:
+    """Graphs Dynamo has compiled so far in this process (its own counter, read afresh: a reset may
+    replace the counter objects)."""
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 3: fix the service
+# ---------------------------------------------------------------------------------------------
+
+def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int = 1, max_compiles: int = 6,
+              slowdown: float = 2.0) -> tuple[bool, str]:
+    """Exercise check: serve a fresh traffic sample through ``adapter`` and demand no fall-back,
+    every request on a compiled graph, at most ``max_compiles`` graphs, the right answers, and a
+    median latency no worse than ``slowdown`` times the unfixed service's."""
+    if unanswered(adapter):
+        return False, "write adapter(request) -> (x, temperature) first"
+    if not callable(adapter):
+        return False, f"adapter must be a function of one request, got {type(adapter).__name__}"
+    traffic = service.traffic(requests, seed=seed)
+    try:
+        fixed = service.replay(traffic, adapter, keep_outputs=True)
+    except Exception as e:  # noqa: BLE001  (the learner's adapter or the model; either is feedback)
+        err = e.original if isinstance(e, ExperimentError) else e
+        first = (str(err).strip().splitlines() or [""])[0][:150]
+        return False, f"serving through your adapter raised {type(err).__name__}: {first}"
+    wrong = 0
+    for r, out in zip(traffic, fixed.outputs):  # type: ignore[attr-defined]
+        ref = service.reference(r)
+        if out.dim() != 3 or out.shape[0] < r.batch or out.shape[1] < r.length:
+            return False, f"for {r} the output has shape {tuple(out.shape)}, smaller than the request"
+        if not torch.allclose(out[: r.batch, : r.length].float(), ref.float(), atol=1e-4, rtol=1e-3):
+            wrong += 1
+    if wrong:
+        return False, f"wrong answers: {wrong} of {requests} requests differ from the model's own output"
+    if fixed.fell_back:
+        return False, (f"still falls back: {len(fixed.fell_back)} of {requests} fresh requests ran eagerly after "
+                       f"{fixed.count} compiles")
+    uncompiled = [c for c in fixed.calls if c.graphs_run == 0]
+    if uncompiled:
+        return False, (f"{len(uncompiled)} of {requests} requests ran no compiled graph: the fix must keep the "
+                       "model compiled, not switch compiling off")
+    if fixed.count > max_compiles:
+        return False, f"no fall-back, but {fixed.count} graphs compiled; the goal is at most {max_compiles}"
+    before = service.replay(traffic)
+    ours, theirs = _steady_median(fixed), _steady_median(before)
+    if ours > slowdown * theirs + 2e-3:
+        return False, (f"no fall-back and {fixed.count} compile(s), but requests got slower: {fmt_seconds(ours)} "
+                       f"against {fmt_seconds(theirs)} before (pad less?)")
+    return True, (f"{fixed.count} compile(s), no fall-back on {requests} fresh requests (before: {before.count} "
+                  f"compiles, {len(before.fell_back)} fell back); typical request {fmt_seconds(ours)} vs {fmt_seconds(theirs)}")
+
+
+def _steady_median(record: Record) -> float:
+    """Median seconds of the calls that compiled nothing (0 when every call compiled)."""
+    steady = [c.seconds for c in record.calls if not c.new_compiles]
+    return statistics.median(steady) if steady else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 4: a strict runner, compiled and re-measured by the check
+# ---------------------------------------------------------------------------------------------
+
+class _Inputs(list):
+    """A list that remembers the furthest item the learner's code took from it."""
+
+    taken = -1
+
+    def __iter__(self):
+        for i in range(len(self)):
+            self.taken = max(self.taken, i)
+            yield list.__getitem__(self, i)
+
+    def __getitem__(self, i):
+        if isinstance(i, int):
+            self.taken = max(self.taken, i % len(self))
+        return list.__getitem__(self, i)
+
+
+def _fresh_function(rng: random.Random) -> Callable:
+    """A function with its own code object, so no compile state of an earlier check applies."""
+    scope = {"torch": torch}
+    exec(f"def probe_{rng.randrange(10**6)}(x):\n    return torch.cos(x) * {rng.randint(2, 9)} + {rng.randint(1, 9)}\n",
+         scope)
+    return next(v for k, v in scope.items() if k.startswith("probe_"))
+
+
+def _strict_inputs(rng: random.Random, distinct: int, width: int) -> tuple[list[torch.Tensor], int]:
+    """Inputs with ``distinct`` new shapes, each new shape after the second followed by a repeat of
+    an older one; returns the inputs and the index of the call with the last new shape."""
+    sizes = rng.sample(range(2, 40), distinct)
+    out, last_new = [], 0
+    for j, n in enumerate(sizes):
+        out.append(torch.ones(n, width))
+        last_new = len(out) - 1
+        if j >= 1:
+            out.append(torch.ones(sizes[rng.randrange(j)], width))
+    return out, last_new
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    chain, cur = [], e
+    while cur is not None and len(chain) < 6:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return chain
+
+
+def check_strict_runner(run_strictly, *, seed: int = 0) -> tuple[bool, str]:
+    """Exercise check: ``run_strictly(fn, inputs)`` on fresh functions under a hidden limit must
+    compile one graph per shape while under the limit and not raise; past it, raise torch's
+    recompile-limit error at the first call that would need one graph too many, and only there;
+    and leave torch's configuration as it found it."""
+    if unanswered(run_strictly):
+        return False, "write run_strictly(fn, inputs) first"
+    if not callable(run_strictly):
+        return False, f"run_strictly must be a function, got {type(run_strictly).__name__}"
+    rng = random.Random(f"strict-{seed}")
+    limit = rng.randint(3, 6)
+    width = rng.randint(2, 5)
+    exc_type = compat.recompile_limit_exception()
+    with isolated(), quiet_dynamo_stderr(), torch._dynamo.config.patch(**compat.recompile_limit_patch(limit)):
+        before = snapshot()
+        few, _ = _strict_inputs(rng, limit, width)
+        graphs = _graphs()
+        try:
+            run_strictly(_fresh_function(rng), _Inputs(few))
+        except Exception as e:  # noqa: BLE001  (any exception is the learner's to see)
+            return False, (f"raised {type(e).__name__} on shapes that stay within the limit: only a call past the "
+                           "limit should fail (a recompile below it is fine)")
+        compiled = _graphs() - graphs
+        if compiled == 0:
+            return False, "nothing was compiled: run_strictly must run fn through torch.compile"
+        if compiled != len({tuple(x.shape) for x in few}):
+            return False, "under the limit, run_strictly did not compile one graph per new shape (dynamic=False)"
+        torch.compiler.reset()
+        many, at = _strict_inputs(rng, limit + 3, width)
+        inputs = _Inputs(many)
+        graphs = _graphs()
+        fn = _fresh_function(rng)
+        try:
+            run_strictly(fn, inputs)
+        except Exception as e:  # noqa: BLE001
+            if not any(isinstance(c, exc_type) for c in _chain(e)):
+                return False, (f"it raised {type(e).__name__}, which is not torch's recompile-limit error "
+                               f"({exc_type.__name__}): let torch raise it, do not count shapes yourself")
+            if _graphs() - graphs != limit:
+                return False, "it raised, but not after compiling exactly as many graphs as the limit allows"
+            first_past = [i for i, x in enumerate(many)
+                          if len({tuple(y.shape) for y in many[: i + 1]}) > limit][0]
+            if inputs.taken != first_past:
+                return False, ("it raised at another call than the first one that needed a graph past the limit "
+                               "(calls that repeat a compiled shape are fine)")
+        else:
+            return False, ("inputs with more new shapes than the limit went through without an error: the limit "
+                           "was hit silently")
+        leaked = [d for d in before.differences(snapshot())
+                  if d.startswith("torch._dynamo.config") or d.startswith("stance")]
+    if leaked:
+        return False, f"it raised where it should, but left torch's configuration changed: {leaked}"
+    return True, "compiled each shape, raised torch's error at the limit and only there, and left the config as found"
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 5: a fix per traffic pattern, with the number that justifies it
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Pattern:
+    """A traffic pattern for the "pick the right fix" exercise, with the goals a fix must meet."""
+
+    description: str
+    lengths: tuple[int, ...]
+    max_len: int
+    max_compiles: int
+    padding_allowed: bool
+    static_kernels: bool
+    hidden: tuple[int, ...] = ()  # a fresh sample of the same traffic, for the check
+
+
+def _patterns() -> dict[str, Pattern]:
+    short = [1, 2, 3, 5, 9, 17, 33, 65]
+    resolutions = (64, 80, 96, 112, 128, 160, 192, 224, 256, 320)
+    return {
+        "A": Pattern("Chat service: prompts from 1 to 512 tokens, and over a day short prompts of every size "
+                     "arrive. Goals: static kernels (CUDA graphs come next), at most 8 graphs, never a fall-back; "
+                     "padding is fine.",
+                     tuple(short + request_lengths(40, 512, "lognormal", distinct=30, seed=11)), 512, 8, True, True,
+                     tuple([4, 7, 12, 20, 40, 70] + request_lengths(40, 512, "lognormal", distinct=30, seed=21))),
+        "B": Pattern("Image model: exactly 10 input sizes, fixed and known in advance. Goals: static kernels, "
+                     "no padding (it would change the output), never a fall-back.",
+                     tuple(resolutions * 3), 320, 10, False, True, tuple(reversed(resolutions * 2))),
+        "C": Pattern("Speech encoder: any length from 1 to 4096, thousands of distinct values. Goals: at most 2 "
+                     "graphs, no padding, never a fall-back; dynamic kernels are fine.",
+                     tuple(request_lengths(40, 4096, "uniform", distinct=40, seed=12)), 4096, 2, False, False,
+                     tuple(request_lengths(40, 4096, "uniform", distinct=40, seed=22))),
+    }
+
+
+PATTERNS = _patterns()
+
+
+def serve_pattern(lengths: Sequence[int], fix: str, max_len: int):
+    """Replay ``lengths`` under a fix (a key of ``FIXES``) through a tiny model; the ``ServeReport``."""
+    if fix not in FIXES:
+        raise ValueError(f"{fix!r} is not a fix; choose from {', '.join(FIXES)}")
+    policy = fix_policy(fix, raised_limit=max_len + 1)
+    with quiet_dynamo_stderr(), cpu_threads(1):
+        return replay(lambda x: torch.tanh(x) * 2 + 1, list(lengths), make_input=lambda n: torch.ones(1, n, 4),
+                      max_len=max_len, backend="eager", **policy)
+
+
+def _broken_goals(pattern: Pattern, rep) -> list[str]:
+    problems = []
+    if rep.fell_back:
+        problems.append("requests fell back to eager")
+    if rep.compiles > pattern.max_compiles:
+        problems.append("more graphs than the goal allows")
+    if not pattern.padding_allowed and rep.padded_tokens > rep.tokens:
+        problems.append("it pads, and padding is not allowed")
+    if pattern.static_kernels and any(e.dynamic for e in rep.record.compiles):
+        problems.append("it compiles a dynamic (symbolic) graph, and static kernels were asked for")
+    return problems
+
+
+def check_choices(choices) -> tuple[bool, str]:
+    """Exercise check: ``choices`` maps each pattern to ``(fix, graphs)``: a key of ``FIXES`` and the
+    number of graphs that fix compiles on the pattern's shown traffic (which the check re-measures).
+    The fix must then meet the pattern's goals on a fresh sample of its traffic too."""
+    if unanswered(choices):
+        return False, "set choices = {'A': (fix, graphs), 'B': ..., 'C': ...}"
+    if not isinstance(choices, dict):
+        return False, f"choices should be a dict like {{'A': ('bucket128', 4), ...}}, got {type(choices).__name__}"
+    missing = [p for p in PATTERNS if unanswered(choices.get(p))]
+    if missing:
+        return False, f"no fix chosen for pattern(s) {', '.join(missing)}"
+    for p, pattern in PATTERNS.items():
+        pick = choices[p]
+        if not (isinstance(pick, tuple) and len(pick) == 2):
+            return False, f"{p}: give a pair (fix, graphs), got {pick!r}"
+        fix, graphs = pick
+        if fix not in FIXES:
+            return False, f"{p}: {fix!r} is not a fix; choose a key of FIXES"
+        if isinstance(graphs, bool) or not isinstance(graphs, int):
+            return False, f"{p}: the number of graphs should be a whole number, got {graphs!r}"
+        shown = serve_pattern(pattern.lengths, fix, pattern.max_len)
+        if shown.compiles != graphs:
+            return False, (f"{p}: your graph count for {fix!r} is not what a replay of {p}'s traffic measures: "
+                           "measure it (serve_pattern) before you choose")
+        problems = _broken_goals(pattern, shown)
+        problems += [f"on a fresh sample of {p}'s traffic, {q}"
+                     for q in _broken_goals(pattern, serve_pattern(pattern.hidden, fix, pattern.max_len))
+                     if q not in problems]
+        if problems:
+            return False, f"{p}: {fix!r} breaks a goal: " + "; ".join(problems)
+    return True, "each fix meets its pattern's goals, on the traffic shown and on a fresh sample"
