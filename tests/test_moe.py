@@ -216,7 +216,8 @@ def test_lesson_types_the_api_it_teaches():
     for raw in ("torch._dynamo.explain(keep_rows)(x0, s0)",
                 "torch._dynamo.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True)",
                 "torch._check(kept.shape[0] > 0)", "CompileCounter()", "torch._logging.set_logs(recompiles=True)",
-                "torch.compile(keep_rows, backend=cnt, fullgraph=True)", "def select_rows_dense(",
+                "torch.compile(keep_rows, backend=cnt, fullgraph=True)", "torch._logging.set_logs(graph_breaks=True)",
+                'torch._dynamo.utils.counters["unimplemented"]', "def select_rows_dense(",
                 "def moe_fixed_capacity(", "def moe_data_dependent(", "torch.nonzero("):
         assert raw in code, f"the lesson should type {raw!r} in a code cell"
     assert "getsource" not in code and "M.moe_" not in code and "M.select_rows" not in code
