@@ -272,7 +272,7 @@ class Diagnosis:
         """The diagnosis in sentences."""
         kinds = ", ".join(f"{k} ({n})" for k, n in self.reason_kinds.items()) or "none"
         out = [
-            f"1. recompile reasons by kind: {kinds}",
+            f"1. failed guards by kind, over every recompile: {kinds}",
             f"2. distinct inputs: {self.distinct_inputs} over {self.calls} calls; compiled graphs: {self.compiles}",
             (f"3. the fall-back signal: {self.warning!r}; {self.fell_back} of {self.calls} calls "
              f"({self.fell_back_inputs} distinct inputs) ran eagerly") if self.limit_hit
@@ -294,7 +294,7 @@ def diagnose(record: Record, skip: int = 0) -> Diagnosis:
         calls=len(calls),
         compiles=record.count,
         distinct_inputs=len({key(c) for c in calls}),
-        reason_kinds=dict(Counter(reason_kind(r) for r in record.reasons)),
+        reason_kinds=dict(Counter(reason_kind(f) for e in record.compiles for f in e.failures)),
         fell_back=sum(c.fell_back for c in calls),
         fell_back_inputs=len({key(c) for c in calls if c.fell_back}),
         warning=(record.warnings[0].splitlines()[0] if record.warnings else ""),
@@ -397,7 +397,12 @@ def bench_run(distinct: int = 40, distribution: str = "lognormal", fix: str = "n
     compiles = (f"{rec.count} compile(s) with the recompile limit at {in_force}\n"
                 f"{len(warm)} staging length(s) first, then {len(lengths)} production requests "
                 f"({len(set(lengths))} distinct lengths)\ncounts after each call: {counts}")
-    reasons = [f"#{e.number} (call {e.call}): {short_reason(e.reason)}" for e in rec.compiles if e.reason]
+    # Every failed guard of each recompile, as TORCH_LOGS=recompiles prints them (the order Dynamo checked them).
+    reasons = []
+    for e in rec.compiles:
+        if e.failures:
+            reasons.append(f"#{e.number} (call {e.call}, graph {e.compile_id}), {len(e.failures)} failed guard(s):")
+            reasons += [f"    {line}" for line in e.failed_guards]
     reasons += [f"WARNING {w.splitlines()[0]}" for w in rec.warnings[:1]]
     fell = [c for c in served if c.fell_back]
     if fell:
