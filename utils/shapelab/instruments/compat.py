@@ -135,19 +135,6 @@ def recompile_limit_exception() -> type[BaseException]:
     return getattr(exc, "FailOnRecompileLimitHit", None) or getattr(exc, "FailOnCacheLimitHit")
 
 
-def size_one_dynamic_note() -> str:
-    """What ``dynamic=True`` does with a size-1 dimension in this release, in one sentence."""
-    if torch_version()[:2] <= (2, 13):
-        return (
-            f"In PyTorch {torch.__version__}, dynamic=True still specialises sizes 0 and 1: "
-            "a batch of 1 gets its own graph."
-        )
-    return (
-        f"PyTorch {torch.__version__} is newer than 2.13; releases from mid-2026 on may keep "
-        "size-1 dimensions symbolic under dynamic=True. Measure it below rather than trust this line."
-    )
-
-
 _note = check_supported()
 if _note:
     warnings.warn(_note, stacklevel=2)
