@@ -14,6 +14,7 @@ the machine's load when it runs more than one job per core (see budget()).
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -88,7 +89,9 @@ def run_nbval(path: Path, **parameters) -> tuple[subprocess.CompletedProcess, nb
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     executed = ARTIFACTS / f"{path.parent.name}__{path.name}"
     executed.unlink(missing_ok=True)
-    env = dict(os.environ, SHAPELAB_NBVAL_PARAMS=json.dumps({"SCALE": "ci", **parameters}),
+    ledgers = ARTIFACTS.parent / "ledger" / path.stem
+    shutil.rmtree(ledgers, ignore_errors=True)
+    env = dict(os.environ, SHAPELAB_LEDGER_DIR=str(ledgers), SHAPELAB_NBVAL_PARAMS=json.dumps({"SCALE": "ci", **parameters}),
                SHAPELAB_NBVAL_EXECUTED=str(ARTIFACTS),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
     env.pop("PYTEST_ADDOPTS", None)
@@ -183,6 +186,9 @@ def test_lesson_executes_under_nbval(path):
                    if c.cell_type == "code"), reverse=True)[:3]
     assert seconds <= limit, (f"{_id(path)} took {seconds:.0f} s at CI size; the limit is {limit:.0f} s. "
                               f"Slowest cells (seconds, index): {slow}")
+    saved = sorted((ARTIFACTS.parent / "ledger" / path.stem).glob("*.json"))
+    claims = [c for f in saved for c in json.loads(f.read_text()).get("claims", [])]
+    assert claims, f"{_id(path)} saved no claims ledger rows (S.Ledger(...).save(); DESIGN.md, 'Anatomy of a lesson')"
     problems = giveaway_headings(nb)
     assert not problems, f"{_id(path)}: a heading gives away a prediction's answer:\n" + "\n".join(problems)
 
@@ -196,6 +202,9 @@ def test_giveaway_headings_finds_a_measured_figure_in_a_heading():
                 md("> **Predict first.** And now?"), md("## 3. What the cache holds"), code("run()", outputs=[
                     nbformat.v4.new_output("stream", name="stdout", text="3 graphs\n")])]
     nb.cells[2].source = "## 2. The cache holds 3 graphs"
+    saved = sorted((ARTIFACTS.parent / "ledger" / path.stem).glob("*.json"))
+    claims = [c for f in saved for c in json.loads(f.read_text()).get("claims", [])]
+    assert claims, f"{_id(path)} saved no claims ledger rows (S.Ledger(...).save(); DESIGN.md, 'Anatomy of a lesson')"
     problems = giveaway_headings(nb)
     assert len(problems) == 1 and "shows 3" in problems[0] and "cell 2" in problems[0], problems
 
