@@ -1,0 +1,303 @@
+"""Lab 06's graders: a recompile hunt in a small training loop and a small serving loop.
+
+Each check compiles the learner's code itself (through the ``compile_fn`` it hands to the learner's
+loop, with a counting backend), on hidden variants (other sizes, seeds, schedules, request
+lengths and temperatures, from a fresh compile state), counts graphs, notes which calls ran a
+compiled graph, and compares the results with the original code run eagerly. Fixes that stop
+compiling (``torch.compiler.disable``, ``set_stance("force_eager")``) or that raise the recompile
+limit instead of removing the cause are named as such. Feedback never prints an expected value.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ..instruments import compat
+from ..instruments.isolation import isolated
+from ..instruments.observe import short_reason
+from .l06_wild import Tracker
+
+# What a learner may name as a cause in exercise 1 (the labels, not the answer).
+CAUSES = ("ragged last batch", "strides", "python float argument", "int attribute on a module",
+          "growing tensor", "0/1 specialisation", "shared code object")
+TRAINING_CAUSES = frozenset({"ragged last batch", "python float argument", "int attribute on a module"})
+
+_DEFAULT_LIMITS = {"recompile_limit": 8, "accumulated_recompile_limit": 256}
+
+# hidden variants: (samples, batch size, epochs, seed)
+TRAIN_VARIANTS = ((70, 16, 2, 11), (45, 8, 2, 12))
+# hidden variants: (request lengths, temperatures, seed)
+SERVE_VARIANTS = (((5, 3, 7), (0.7, 1.0, 1.3), 21), ((4, 9), (0.5, 2.0), 22))
+
+
+def training_data(samples: int, features: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seeded regression data set: ``X`` of ``(samples, features)`` and ``Y`` of ``(samples, 1)``."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(samples, features, generator=g), torch.randn(samples, 1, generator=g)
+
+
+def make_requests(lengths, temperatures, heads: int, dim: int, seed: int) -> list[dict]:
+    """Decode requests: per request ``q``, ``k``, ``v`` of ``(length, heads, 1, dim)`` and a float ``temperature``."""
+    g = torch.Generator().manual_seed(seed)
+    return [{"q": torch.randn(n, heads, 1, dim, generator=g), "k": torch.randn(n, heads, 1, dim, generator=g),
+             "v": torch.randn(n, heads, 1, dim, generator=g), "temperature": float(t)}
+            for n, t in zip(lengths, temperatures)]
+
+
+# --- one compiled run of the learner's loop ----------------------------------------------------------
+
+@dataclass
+class Run:
+    """What happened when the check ran the learner's loop through its own ``compile_fn``."""
+
+    result: object = None
+    compiled: int = 0  # how many functions the loop handed to compile_fn
+    calls: int = 0  # calls of the compiled function(s)
+    tracker: Tracker | None = None
+    failures: dict = field(default_factory=dict)
+    limits_changed: list[str] = field(default_factory=list)
+    stance: str = "default"
+    breaks: int = 0  # graph breaks Dynamo counted
+
+    @property
+    def graphs(self) -> int:
+        return self.tracker.frame_count
+
+    @property
+    def eager_calls(self) -> int:
+        return max(0, self.calls - len(self.tracker.ran))
+
+    def reasons(self, n: int = 3) -> str:
+        out = []
+        for gr in self.tracker.graphs[1:]:
+            fs = self.failures.get(gr.compile_id, [])
+            if fs:
+                out.append(short_reason(fs[0], width=110))
+        return "; ".join(dict.fromkeys(out[:n]))
+
+
+def _limits_changed() -> list[str]:
+    cfg = torch._dynamo.config
+    changed = [f"{name} = {getattr(cfg, name)}" for name, default in _DEFAULT_LIMITS.items()
+               if hasattr(cfg, name) and getattr(cfg, name) != default]
+    return changed
+
+
+def _compiled_run(loop: Callable, *args) -> Run:
+    """Call ``loop(*args, compile_fn)`` from a fresh compile state, counting what ``compile_fn`` compiled."""
+    run = Run(tracker=Tracker("eager"))
+    run.limits_changed = _limits_changed()
+
+    def compile_fn(fn):
+        if not callable(fn):
+            raise TypeError(f"compile_fn takes the function to compile, got {type(fn).__name__}")
+        run.compiled += 1
+        compiled = torch.compile(fn, backend=run.tracker)
+
+        def counted(*a, **kw):
+            run.calls += 1
+            return compiled(*a, **kw)
+
+        return counted
+
+    with isolated(), compat.recompile_failures(run.failures.__setitem__):
+        import logging
+
+        logging.getLogger("torch._dynamo").setLevel(logging.ERROR)  # the limit warning: we report it ourselves
+        run.result = loop(*args, compile_fn)
+        run.limits_changed += [c for c in _limits_changed() if c not in run.limits_changed]
+        run.stance = compat.current_stance()[0]
+        run.breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+    return run
+
+
+def _compile_problems(run: Run, what: str, steps_word: str) -> str | None:
+    """The message for a run that did not compile what it should, or hid the cause; None if it compiled."""
+    if run.limits_changed:
+        return (f"you changed the recompile limit ({', '.join(run.limits_changed)}): that hides the recompiles "
+                "instead of removing their cause; put it back to the default and fix the cause")
+    if run.compiled == 0:
+        return f"your {what} never called compile_fn: the check can only judge code it compiles itself"
+    if run.calls == 0:
+        return f"your {what} compiled a function but never called the compiled version"
+    if run.graphs == 0:
+        return (f"nothing was compiled: every {steps_word} ran eagerly (torch.compiler.disable or "
+                "set_stance('force_eager') switches compiling off; that is not a fix)")
+    if run.breaks:
+        return (f"your compiled {steps_word} breaks into pieces ({run.breaks} graph break(s); torch.compiler.disable "
+                "inside it is one way): the work must compile as one graph")
+    if run.eager_calls:
+        msg = (f"{run.eager_calls} of {run.calls} {steps_word}s ran without a compiled graph (the recompile limit, "
+               "a disabled function or an eager stance); every step must run compiled")
+        if run.graphs > 1:
+            msg += f". {run.graphs} graphs were compiled first; torch's reasons: {run.reasons()}"
+        return msg
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [line for line in str(e).strip().splitlines() if line.strip()]
+    return lines[0][:200] if lines else ""
+
+
+def _first_difference(a: list, b: list, rtol=1e-4, atol=1e-5) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if not torch.allclose(torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32),
+                              rtol=rtol, atol=atol):
+            return i
+    return None
+
+
+# --- exercise 1: name the causes -----------------------------------------------------------------------
+
+def check_causes(named, truth: frozenset, where: str) -> tuple[bool, str]:
+    """The learner's set of cause labels against the planted ones; names wrong picks, never missing ones."""
+    if named is None or named is Ellipsis:
+        return False, f"name the causes you found in the {where}: a set of labels from CAUSES"
+    if isinstance(named, str):
+        named = {named}
+    try:
+        named = {str(n).strip().lower() for n in named}
+    except TypeError:
+        return False, "give a set of labels, e.g. {'strides'}"
+    if not named:
+        return False, f"name at least one cause of the recompiles in the {where}"
+    unknown = sorted(n for n in named if n not in CAUSES)
+    if unknown:
+        return False, f"{', '.join(map(repr, unknown))} is not one of the labels in CAUSES"
+    wrong = sorted(named - truth)
+    if wrong:
+        return False, (f"{', '.join(map(repr, wrong))}: not a cause in the {where}; read torch's reasons again "
+                       "(which value or size does each failed guard name?)")
+    if named != truth:
+        return False, (f"every label you named is a cause, but the {where} has more: some recompiles in its log "
+                       "are not explained yet")
+    return True, f"all the causes of the {where}, and nothing else"
+
+
+# --- exercise 2: the training loop ---------------------------------------------------------------------
+
+def check_training(train_fixed: Callable, train_original: Callable, features: int, variants=TRAIN_VARIANTS) -> tuple[bool, str]:
+    """Judge the learner's training loop: one static graph, every step compiled, the original's losses and model.
+
+    ``train_*(X, Y, batch_size, epochs, seed, compile_fn) -> (model, losses)``. The original runs
+    eagerly (``compile_fn`` is the identity) as the reference.
+    """
+    if not callable(train_fixed):
+        return False, "define train_fixed(X, Y, batch_size, epochs, seed, compile_fn)"
+    for samples, batch, epochs, seed in variants:
+        X, Y = training_data(samples, features, seed)
+        ref_model, ref_losses = train_original(X, Y, batch, epochs, seed, lambda f: f)
+        where = f"({samples} samples, batch {batch}, {epochs} epochs)"
+        try:
+            run = _compiled_run(train_fixed, X.clone(), Y.clone(), batch, epochs, seed)
+        except Exception as e:
+            return False, f"{where}: your loop raised {type(e).__name__}: {_first_line(e)}"
+        problem = _compile_problems(run, "training loop", "step")
+        if problem:
+            return False, f"{where}: {problem}"
+        model, losses = run.result
+        losses = [float(v) for v in losses]
+        if len(losses) != len(ref_losses):
+            return False, (f"{where}: your loop ran {len(losses)} steps and the original a different number: "
+                           "every sample must still be trained on, in the same batches (drop_last changes training)")
+        if run.graphs > 1:
+            return False, (f"{where}: {run.graphs} graphs over {run.calls} steps; the target is one. "
+                           f"Torch's reasons: {run.reasons()}")
+        if run.tracker.graphs[0].dynamic:
+            return False, (f"{where}: one graph, but a dynamic one ({run.tracker.graphs[0].label()}): make every step "
+                           "the same shape so the graph stays static (mark_dynamic hides the short batch, it does not remove it)")
+        diff = _first_difference(losses, ref_losses)
+        if diff is not None:
+            return False, (f"{where}: your loss at step {diff} differs from the original's: the fix changed what is "
+                           "trained (padded rows must weigh nothing; the schedules must stay the same)")
+        probe = torch.randn(5, features, generator=torch.Generator().manual_seed(seed + 100))
+        with torch.no_grad():
+            mine, theirs = model(probe), ref_model(probe)
+        if mine.shape != theirs.shape or not torch.allclose(mine, theirs, rtol=1e-4, atol=1e-5):
+            return False, f"{where}: the trained model's predictions differ from the original's"
+    return True, f"one static graph for every step, same losses and model as the original, on {len(variants)} unseen data sets"
+
+
+# --- exercise 3: the serving loop ----------------------------------------------------------------------
+
+def check_serving(serve_fixed: Callable, serve_original: Callable, w_out: torch.Tensor, heads: int, dim: int,
+                  variants=SERVE_VARIANTS) -> tuple[bool, str]:
+    """Judge the learner's decode loop: one static graph for every token of every request, the original's outputs.
+
+    ``serve_*(requests, w_out, max_len, compile_fn) -> list of (length, heads, 1, vocab) tensors``.
+    """
+    if not callable(serve_fixed):
+        return False, "define serve_fixed(requests, w_out, max_len, compile_fn)"
+    for lengths, temps, seed in variants:
+        requests = make_requests(lengths, temps, heads, dim, seed)
+        max_len = max(lengths)
+        reference = serve_original(requests, w_out, max_len, lambda f: f)
+        where = f"(requests of {', '.join(map(str, lengths))} tokens)"
+        try:
+            run = _compiled_run(serve_fixed, [dict(r) for r in requests], w_out, max_len)
+        except Exception as e:
+            return False, f"{where}: your loop raised {type(e).__name__}: {_first_line(e)}"
+        problem = _compile_problems(run, "serving loop", "decode step")
+        if problem:
+            return False, f"{where}: {problem}"
+        outs = run.result
+        if not isinstance(outs, (list, tuple)) or len(outs) != len(reference):
+            return False, f"{where}: return one output per request, as the original does"
+        if run.graphs > 1:
+            return False, (f"{where}: {run.graphs} graphs over {run.calls} decode steps; the target is one. "
+                           f"Torch's reasons: {run.reasons()}")
+        if run.tracker.graphs[0].dynamic:
+            return False, f"{where}: one graph, but a dynamic one: give the cache a fixed size so the graph stays static"
+        for i, (mine, theirs) in enumerate(zip(outs, reference)):
+            if not isinstance(mine, torch.Tensor) or mine.shape != theirs.shape:
+                return False, f"{where}: request {i}'s output has another shape than the original's"
+            if not torch.allclose(mine, theirs, rtol=1e-4, atol=1e-5):
+                return False, (f"{where}: request {i}'s outputs differ from the original's (masked positions must get "
+                               "no attention; the temperature must still divide the logits)")
+    return True, f"one static graph for every decode step, same outputs as the original, on {len(variants)} unseen traffic mixes"
+
+
+# --- exercise 4: the stance after warm-up ---------------------------------------------------------------
+
+def _served(x):
+    return torch.tanh(x @ x.transpose(-1, -2)).sum(-1)
+
+
+def check_production_call(call_in_production: Callable, warm=(8, 16), rare=(1, 32, 3), seed: int = 5) -> tuple[bool, str]:
+    """``call_in_production(compiled, x)`` must serve warm shapes compiled, rare ones eagerly and right, never compile or raise."""
+    if not callable(call_in_production):
+        return False, "define call_in_production(compiled, x)"
+    g = torch.Generator().manual_seed(seed)
+    tracker = Tracker("eager")
+    with isolated():
+        import logging
+
+        logging.getLogger("torch._dynamo").setLevel(logging.ERROR)
+        compiled = torch.compile(_served, backend=tracker)
+        for n in warm:
+            compiled(torch.randn(n, 4, 8, generator=g))
+        warm_graphs, runs = tracker.frame_count, len(tracker.ran)
+        for n in (*rare, *warm):
+            x = torch.randn(n, 4, 8, generator=g)
+            before_runs = len(tracker.ran)
+            try:
+                out = call_in_production(compiled, x)
+            except Exception as e:
+                return False, (f"a request of batch {n} raised {type(e).__name__}: in production a shape warm-up missed "
+                               "must still be answered")
+            if tracker.frame_count != warm_graphs:
+                return False, (f"a request of batch {n} compiled a new graph: in production a request must not wait "
+                               "for a compile")
+            if not isinstance(out, torch.Tensor) or out.shape != _served(x).shape or not torch.allclose(out, _served(x), atol=1e-5):
+                return False, f"the answer to a request of batch {n} is not what the model computes"
+            if n in warm and len(tracker.ran) == before_runs:
+                return False, (f"a request of batch {n}, a warmed shape, ran eagerly: the compiled graph must still "
+                               "serve the shapes warm-up covered (force_eager or disable turn compiling off entirely)")
+        if compat.current_stance()[0] != "default":
+            return False, "your function left a stance set after it returned: set it for the call only (a with block)"
+    return True, "warm shapes ran compiled, rare ones eagerly and right, and nothing compiled or raised"
