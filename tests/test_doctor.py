@@ -165,3 +165,24 @@ def test_shell_help_and_exit_status(tmp_path):
     assert main(["--trace", str(tmp_path)]) == 2  # not a trace
     assert main(["--model", f"{bad}:nothing", "--shapes", "2"]) == 2
     assert main(["--model", f"{bad}:f", "--shapes", "two"]) == 2
+
+
+def test_bench_runs_and_reports_bad_controls():
+    from shapelab.tools.doctor.bench import run_bench
+
+    work = {"pointwise": (pointwise, lambda n, spread, seed: [torch.randn(2 + i % spread, 3) for i in range(n)])}
+    panes = run_bench(work, "pointwise", calls=5, spread=3, budget=2)
+    assert {"causes", "prescription", "proof", "counts"} <= set(panes) and "mark_dynamic" in panes["prescription"]
+    with pytest.raises(ValueError, match="calls"):
+        run_bench(work, "pointwise", calls=0)
+    with pytest.raises(ValueError, match="unknown workload"):
+        run_bench(work, "nothing")
+
+
+def test_lesson_takehome_runs_without_the_library():
+    from pathlib import Path
+
+    from takehome import run_takehome
+
+    out = run_takehome(Path(__file__).resolve().parents[1] / "notebooks" / "07_recompile_doctor.ipynb")
+    assert "graphs before: 4" in out and "graphs after: 1" in out and "outputs equal to eager: True" in out

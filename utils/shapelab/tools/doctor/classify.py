@@ -72,6 +72,10 @@ def classify_reason(reason: str) -> Reading:
     if "GLOBAL_STATE" in text or "global_state" in text or "grad_mode" in text or "autocast" in text:
         what = text.split("changed:", 1)[-1].strip() if "changed:" in text else text
         return Reading("global_state", None, None, what)
+    m = re.match(r"Duplicate tensors found: \[(.*)\]", text)
+    if m:
+        names = [n.strip().strip('"\'') for n in m.group(1).split(",")]
+        return Reading("identity", names[0] if names else None, None, f"{' and '.join(names)} are the same tensor (aliasing)")
     if any(k in text for k in _IDENTITY):
         m = re.search(r"\(([A-Za-z_][\w\.\[\]']*)", text)
         name = m.group(1) if m else None
@@ -154,6 +158,10 @@ def causes(ev: Evidence) -> list[Cause]:
         c = found.setdefault((kind, None, None, text), Cause(kind, None, None, text))
         c.graphs += n  # each break splits a traced frame: one more graph each time it is traced
         c.reasons.append(text)
+    for text, n in ev.skipped.items():
+        kind = classify_break(text)
+        c = found.setdefault((kind, "skipped", None, text), Cause(kind, None, None, "whole function ran eagerly: " + text))
+        c.reasons.append(text)  # no graph at all: Dynamo gave up on the frame (a break inside a loop, say)
     if ev.limit_hit:
         detail = (f"{len(ev.fell_back)} call(s) ran eagerly after the limit" if ev.calls is not None
                   else "the trace records a compile refused at the limit")

@@ -194,7 +194,8 @@ def _replay(model, calls, backend, plan, dynamic, label) -> Run:
             with c.context():
                 outs.append(obs(*args))
             padded.append(pad_map)
-    ev = from_record(obs.record, getattr(getattr(m, "forward", m), "__name__", "model"))
+        unimplemented = dict(torch._dynamo.utils.counters["unimplemented"])
+    ev = from_record(obs.record, getattr(getattr(m, "forward", m), "__name__", "model"), unimplemented)
     run = Run(label, ev, outs, obs.record.counts, plan.predicted, notes=list(plan.notes))
     run._pads = padded
     return run
@@ -238,9 +239,13 @@ class Diagnosis:
     def kinds(self) -> list[str]:
         return [c.kind for c in self.causes]
 
+    also_varies: list[str] = field(default_factory=list)  # dimensions seen varying that no guard named
+
     def summary(self) -> str:
         ev = self.evidence
         head = f"{self.name}: {ev.count} graph(s)" + (f" over {ev.calls} call(s)" if ev.calls is not None else "")
+        if self.also_varies:
+            head += " (also varying, not named by a guard: " + ", ".join(self.also_varies) + ")"
         if not self.causes:
             return head + "; no recompile, no graph break: nothing to fix."
         return head + "; causes: " + "; ".join(f"{c.label} ({c.where}, {c.graphs} graph(s))" for c in self.causes)
@@ -358,8 +363,11 @@ def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", 
         elif c.kind == "data_dependent":
             plan.config.update(capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True)
     for key, sizes in observed.items():  # a dimension that varied without a recompile yet (say, after the limit)
-        if key not in dyn_dims and ("dimension" in kinds or "zero_one" in kinds or "limit" in kinds):
+        if key not in dyn_dims and kinds - {"graph_break"}:
             dyn_dims[key] = "unbacked" if any(n in (0, 1) for n in sizes) else "dynamic"
+    named = {(_arg_index(c.input, index), c.dim) for c in cs if c.kind in ("dimension", "zero_one")}
+    also = [f"{names[i] if i < len(names) else f'arg {i}'} dim {d} ({min(observed[(i, d)])}..{max(observed[(i, d)])})"
+            for (i, d) in sorted(dyn_dims) if (i, d) not in named]
     plan.marks = [Mark(dim=d, arg=i, kind=k) for (i, d), k in sorted(dyn_dims.items())]
 
     first_call_graphs = base.counts[0] or 1
@@ -376,6 +384,7 @@ def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", 
     plan.predicted = predict(plan)
 
     diag = Diagnosis(name, base.evidence, cs, rx, [base])
+    diag.also_varies = also
     recompiles = any(c.kind not in ("graph_break",) for c in cs)
     if not prove or not recompiles or plan.empty:
         return diag

@@ -39,6 +39,7 @@ class Evidence:
     source: str  # "live replay" or "TORCH_TRACE <dir>"
     graphs: list[Graph] = field(default_factory=list)
     breaks: dict[str, int] = field(default_factory=dict)  # break reason -> times traced
+    skipped: dict[str, int] = field(default_factory=dict)  # why Dynamo gave up on a whole frame (it ran eagerly)
     limit_hit: bool = False
     limit_lines: list[str] = field(default_factory=list)
     calls: int | None = None  # None when unknown (a trace does not record calls)
@@ -51,8 +52,8 @@ class Evidence:
         return len(self.graphs)
 
 
-def from_record(record, frame_name: str = "") -> Evidence:
-    """Evidence from an ``observe`` ``Record``."""
+def from_record(record, frame_name: str = "", unimplemented: dict | None = None) -> Evidence:
+    """Evidence from an ``observe`` ``Record`` (and Dynamo's ``unimplemented`` counters, read before reset)."""
     graphs = [Graph(e.compile_id, frame_name if e.compile_id.startswith("0/") else "resume/other frame",
                     list(e.shapes), list(e.failures), e.reason) for e in record.compiles]
     return Evidence(
@@ -65,7 +66,18 @@ def from_record(record, frame_name: str = "") -> Evidence:
         fell_back=list(record.fell_back),
         shapes=[list(c.shapes) for c in record.calls],
         seconds=[c.seconds for c in record.calls],
+        skipped=_skipped(unimplemented or {}, record.graph_breaks),
     )
+
+
+def _skipped(unimplemented: dict, breaks: dict) -> dict[str, int]:
+    """Reasons Dynamo gave up on a frame that are not also a graph break it resumed after, nor the limit."""
+    resumed = set(_headlines(breaks))
+    out: dict[str, int] = {}
+    for text, n in _headlines(unimplemented).items():
+        if text not in resumed and "recompile limit" not in text.lower():
+            out[text] = out.get(text, 0) + n
+    return out
 
 
 def _limit_line(warning: str) -> str:
@@ -165,6 +177,7 @@ def from_trace(directory: str | os.PathLike) -> Evidence:
     graphs: dict[str, Graph] = {}
     failures: dict[str, list[str]] = {}
     breaks: dict[str, int] = {}
+    skipped: dict[str, int] = {}
     limit_lines: list[str] = []
     records = 0
     for path in files:
@@ -177,6 +190,9 @@ def from_trace(directory: str | os.PathLike) -> Evidence:
                 if "recompile limit" in reason.lower() or "cache_size_limit" in reason:
                     limit_lines.append(f"{m.get('co_name')}: {reason.splitlines()[0]}"
                                        + (f"; last reason: {m['recompile_reason']}" if m.get("recompile_reason") else ""))
+                elif m.get("fail_type") and not m.get("has_guarded_code") and reason:
+                    key = break_headline(reason)
+                    skipped[key] = skipped.get(key, 0) + 1
                 if m.get("has_guarded_code"):
                     graphs[cid] = Graph(cid, m.get("co_name") or "", _shapes_from_node_shapes(m.get("graph_node_shapes")))
                     if m.get("recompile_reason") and cid not in failures:
@@ -198,7 +214,7 @@ def from_trace(directory: str | os.PathLike) -> Evidence:
     for g in ordered:
         g.failures = failures.get(g.compile_id, [])
         g.cause = cause_of(g.failures, dynamic_ids)
-    return Evidence(source=f"TORCH_TRACE {directory}", graphs=ordered, breaks=breaks,
+    return Evidence(source=f"TORCH_TRACE {directory}", graphs=ordered, breaks=breaks, skipped=skipped,
                     limit_hit=bool(limit_lines), limit_lines=limit_lines)
 
 

@@ -101,6 +101,10 @@ def for_cause(c: Cause, var: str | None, *, unbacked: bool, is_module: bool, sca
                                 True)
         return Prescription(c.kind, c.where, f"pass `{c.detail}` as a 0-d tensor (torch.tensor(value)) instead of a Python number",
                             False, "the value is read from an object the doctor does not own")
+    if c.kind == "identity" and "aliasing" in c.detail:
+        names = c.detail.split(" are the same")[0].split(" and ")
+        return Prescription(c.kind, c.where, f"{names[-1]} = {names[0]}.clone()  # or build each with its own torch.zeros(...):"
+                            " aliased inputs get their own graph", False, "which tensors you pass is the caller's choice")
     if c.kind == "identity":
         return Prescription(c.kind, c.where, "define the function/object once (module level) and pass the same one each call",
                             False, "which object to keep is the caller's choice")
