@@ -84,15 +84,19 @@ def test_labs_are_generated_from_solutions():
     assert [p.name for p in LABS] == [p.name for p in SOLUTIONS]
 
 
-def run_nbval(path: Path, **parameters) -> tuple[subprocess.CompletedProcess, nbformat.NotebookNode | None, float]:
-    """`pytest --nbval-lax path` in a subprocess, parameters injected; returns (process, executed copy, seconds)."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    executed = ARTIFACTS / f"{path.parent.name}__{path.name}"
+def run_nbval(path: Path, artifacts: Path = ARTIFACTS,
+              **parameters) -> tuple[subprocess.CompletedProcess, nbformat.NotebookNode | None, float]:
+    """`pytest --nbval-lax path` in a subprocess, parameters injected; returns (process, executed copy, seconds).
+
+    The lesson's claims ledger is saved under ``artifacts/../ledger/<lesson>/``.
+    """
+    artifacts.mkdir(parents=True, exist_ok=True)
+    executed = artifacts / f"{path.parent.name}__{path.name}"
     executed.unlink(missing_ok=True)
-    ledgers = ARTIFACTS.parent / "ledger" / path.stem
+    ledgers = artifacts.parent / "ledger" / path.stem
     shutil.rmtree(ledgers, ignore_errors=True)
     env = dict(os.environ, SHAPELAB_LEDGER_DIR=str(ledgers), SHAPELAB_NBVAL_PARAMS=json.dumps({"SCALE": "ci", **parameters}),
-               SHAPELAB_NBVAL_EXECUTED=str(ARTIFACTS),
+               SHAPELAB_NBVAL_EXECUTED=str(artifacts),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
     env.pop("PYTEST_ADDOPTS", None)
     cmd = [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "nbval_capture", "-p", "no:cacheprovider",
@@ -191,6 +195,21 @@ def test_lesson_executes_under_nbval(path):
     assert claims, f"{_id(path)} saved no claims ledger rows (S.Ledger(...).save(); DESIGN.md, 'Anatomy of a lesson')"
     problems = giveaway_headings(nb)
     assert not problems, f"{_id(path)}: a heading gives away a prediction's answer:\n" + "\n".join(problems)
+
+
+def test_nbval_run_injects_parameters_and_keeps_outputs_and_failures(tmp_path):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from notebook_factory import write_notebook
+
+    nb_path = write_notebook(tmp_path / "nbs" / "00_tiny.ipynb", [
+        ("md", "# Tiny"), ("params", 'SCALE = "auto"'),
+        ("code", "print(f'scale is {SCALE}')"), ("code", "1 / 0"), ("code", "print('after')")])
+    proc, nb, _ = run_nbval(nb_path, artifacts=tmp_path / "executed", SEED=3)
+    assert proc.returncode != 0 and nb is not None
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code[1].outputs[0]["text"] == "scale is ci\n"  # injected after the parameters cell, as papermill does
+    assert failed_cells(nb) == ["Cell 2 ('1 / 0'): ZeroDivisionError: division by zero"]
+    assert code[3].outputs[0]["text"] == "after\n" and code[3].metadata["shapelab"]["outcome"] == "passed"
 
 
 def test_giveaway_headings_finds_a_measured_figure_in_a_heading():
