@@ -152,6 +152,8 @@ def test_trace_gives_the_same_diagnosis_as_the_live_replay(tmp_path):
     live = diagnose(ns["f"], ns["calls"](), prove=False)
     traced = diagnose_trace(tmp_path / "trace")
     assert diagnosis_key(traced.causes) == diagnosis_key(live.causes)
+    assert main(["--trace", str(tmp_path / "trace"), "--tlparse", str(tmp_path / "tl"), "--out", str(out)]) == 0
+    assert (tmp_path / "tl" / "index.html").exists()  # the installed tlparse read the same trace
     assert {"dimension", "zero_one", "python_value", "global_state", "data_dependent"} <= set(live.kinds)
 
 

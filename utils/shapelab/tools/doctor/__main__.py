@@ -115,6 +115,7 @@ def main(argv=None) -> int:
     out = p.add_argument_group("report")
     out.add_argument("--format", default="md", choices=["md", "html", "text"], help="report format (default md)")
     out.add_argument("--out", help="write the report to this file instead of stdout")
+    out.add_argument("--tlparse", metavar="DIR", help="with --trace: also write tlparse's HTML report to DIR")
     args = p.parse_args(argv)
 
     try:
@@ -128,6 +129,11 @@ def main(argv=None) -> int:
         dynamic = {"none": None, "true": True, "false": False}[args.dynamic]
         if args.trace:
             d = diagnose_trace(args.trace)
+            if args.tlparse:
+                from .evidence import tlparse_summary
+
+                index = tlparse_summary(args.trace, args.tlparse)
+                print(f"tlparse: {index}" if index else "tlparse is not installed or wrote nothing", file=sys.stderr)
         else:
             model = model_from(args.model)
             calls = inputs_from(args)

@@ -182,7 +182,7 @@ def _replay(model, calls, backend, plan, dynamic, label) -> Run:
     config = dict(plan.config)
     with Observer(m, backend=backend, dynamic=dynamic, marks=plan.marks, config=config) as obs:
         outs, padded = [], []
-        for c in calls:
+        for c in _progress(calls, label):
             args = list(c.args)
             for i, fn in plan.transforms.items():
                 if i < len(args):
@@ -199,6 +199,17 @@ def _replay(model, calls, backend, plan, dynamic, label) -> Run:
     run = Run(label, ev, outs, obs.record.counts, plan.predicted, notes=list(plan.notes))
     run._pads = padded
     return run
+
+
+def _progress(calls: Sequence[Call], label: str, every: int = 200):
+    """The calls, with a progress bar (tqdm) when the stream is long."""
+    if len(calls) < every:
+        return calls
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return calls
+    return tqdm(calls, desc=f"doctor: {label}", leave=False)
 
 
 def _pad(t: torch.Tensor, dim: int, buckets: Sequence[int]):

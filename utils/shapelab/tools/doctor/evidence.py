@@ -223,10 +223,14 @@ def tlparse_summary(directory: str | os.PathLike, out: str | os.PathLike) -> Pat
     import shutil
     import subprocess
 
-    exe = shutil.which("tlparse")
+    import sys
+
+    local = Path(sys.executable).parent / "tlparse"  # installed in the same environment as this Python
+    exe = str(local) if local.exists() else shutil.which("tlparse")
     if exe is None:
         return None
-    subprocess.run([exe, str(directory), "-o", str(out), "--overwrite", "--no-browser"],
+    log = max(trace_files(directory), key=lambda p: p.stat().st_size)  # tlparse reads one rank's log
+    subprocess.run([exe, str(log), "-o", str(out), "--overwrite", "--no-browser"],
                    capture_output=True, text=True, timeout=120, check=False)
     index = Path(out) / "index.html"
     return index if index.exists() else None

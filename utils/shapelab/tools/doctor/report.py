@@ -6,6 +6,10 @@ import html as _html
 from ...instruments.display import html_table, text_table
 
 
+ONE_GUARD = ("Torch reports the first failed guard of each cached graph, so fixing one cause can reveal "
+             "another: replay after each fix.")
+
+
 def _md_table(rows) -> str:
     rows = list(rows)
     if not rows:
@@ -19,7 +23,7 @@ def _md_table(rows) -> str:
 
 def markdown(d) -> str:
     """The whole diagnosis as Markdown: summary, causes, prescriptions as code, proof."""
-    parts = [f"# Recompile doctor: {d.name}\n", d.summary() + "\n", f"Source: {d.evidence.source}.\n",
+    parts = [f"# Recompile doctor: {d.name}\n", d.summary() + "\n", f"Source: {d.evidence.source}. {ONE_GUARD}\n",
              "## Causes\n", _md_table(d.table())]
     if d.causes:
         parts.append("## Prescriptions (code for this PyTorch)\n")
@@ -42,6 +46,7 @@ def markdown(d) -> str:
 def html(d) -> str:
     """The diagnosis as one HTML fragment (a full page from the shell wraps it)."""
     parts = [f"<h3>Recompile doctor: {_html.escape(d.name)}</h3>", f"<p>{_html.escape(d.summary())}</p>",
+             f"<p><small>{_html.escape(ONE_GUARD)}</small></p>",
              html_table(d.table())]
     if d.causes:
         for p in d.prescriptions:
