@@ -41,7 +41,7 @@ def pointwise(x):
 
 def test_quiet_dynamo_stderr_keeps_capture_and_restores_handlers(capfd):
     before = {n: list(logging.getLogger(n).handlers) for n in ("torch", "torch._dynamo")}
-    with L.quiet_dynamo_stderr():
+    with S.logs.quiet_dynamo_stderr():
         rec = S.observe(sin1, SHAPES, dynamic=False)
         bare = torch.compile(sin1, backend="eager", dynamic=False)  # no capture handler at all
         for x in SHAPES:

@@ -146,7 +146,7 @@ if _note:
 def recompile_failures(record: Callable[[str, list[str]], None]):
     """Call ``record(new_compile_id, reasons)`` for each recompile, with every cache entry's failure.
 
-    Dynamo checks a frame's cached graphs newest first and lists one failed guard per graph
+    Dynamo checks a frame's cached graphs most recently used first and lists one failed guard per graph
     (``"0/1: tensor 'x' size mismatch at index 1. expected 16, actual 32"``); that list is what
     ``TORCH_LOGS=recompiles`` prints, but its compile metrics keep only the first. 2.11-2.14 compute
     it in ``convert_frame.get_and_maybe_log_recompilation_reasons``, inside the new compile's context.

@@ -112,3 +112,23 @@ def capture_logs(*kinds: str, level: int = logging.DEBUG) -> Iterator[LogCapture
             lg.setLevel(lvl)
             lg.propagate = prop
             lg.handlers[:] = hs
+
+
+@contextlib.contextmanager
+def quiet_dynamo_stderr() -> Iterator[None]:
+    """Keep torch's own stderr copy of Dynamo's warnings quiet for the block.
+
+    The library still captures every record in-process (``Record.warnings``); only the
+    duplicate printed to stderr is held back. Handlers are put back on exit, also on error.
+    """
+    names = ("torch._dynamo", "torch")
+    saved = {n: list(logging.getLogger(n).handlers) for n in names}
+    try:
+        for n in names:
+            lg = logging.getLogger(n)
+            # A NullHandler in their place: with no handler at all, logging's lastResort prints anyway.
+            lg.handlers[:] = [h for h in lg.handlers if type(h) is not logging.StreamHandler] + [logging.NullHandler()]
+        yield
+    finally:
+        for n, hs in saved.items():
+            logging.getLogger(n).handlers[:] = hs

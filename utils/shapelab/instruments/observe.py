@@ -87,7 +87,7 @@ class CompileEvent:
     shapes: list[tuple]  # tensor inputs as Dynamo saw them: ints and symbol names
     reason: str | None  # the failed guard chosen as the cause (see ``cause_of``); None for a first compile
     guards: list[str] = field(default_factory=list)  # size guards installed
-    failures: list[str] = field(default_factory=list)  # every cached graph's failed guard, newest graph first
+    failures: list[str] = field(default_factory=list)  # every cached graph's failed guard, in Dynamo's checking order
     symbols: dict[str, str] = field(default_factory=dict)  # symbol -> where it comes from
     ranges: dict[str, str] = field(default_factory=dict)  # symbol -> value range
 
@@ -98,17 +98,18 @@ class CompileEvent:
 
     @property
     def failed_guards(self) -> list[str]:
-        """``graph 0/1: <guard>`` for each cached graph this call failed, in the order Dynamo checked them."""
+        """``graph 0/1: <guard>`` for each cached graph this call failed, in the order Dynamo checked them
+        (most recently used first: a graph that served a call moves to the front)."""
         return [f"graph {short_reason(f, keep_id=True)}" for f in self.failures]
 
 
 def cause_of(failures: Sequence[str], dynamic_ids: set[str]) -> str | None:
     """Which failed guard to call the cause of a recompile.
 
-    Dynamo checks the cached graphs newest first and its compile metrics keep the first failure,
-    which is often a specialised graph (batch 1) that the call was never going to use. The cause
-    we name is the failure of the newest *dynamic* graph, the one that would have served the call
-    had the guard held; with no dynamic graph cached, it is the newest graph's failure.
+    Dynamo checks the cached graphs most recently used first and its compile metrics keep the first
+    failure, which is often a specialised graph (batch 1) that the call was never going to use. The
+    cause we name is the failure of the first *dynamic* graph Dynamo checked, the one that would have
+    served the call had the guard held; with no dynamic graph cached, it is the first failure.
     """
     for f in failures:
         if f.split(":", 1)[0].strip() in dynamic_ids:

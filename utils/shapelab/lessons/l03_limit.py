@@ -5,7 +5,6 @@ The subject (``torch.compile(..., dynamic=False)`` past the limit, ``recompile_l
 ``set_logs``, ``TORCH_TRACE`` + ``tlparse``) is typed in the lesson's cells. What is left here
 does what would drown the page in bookkeeping:
 
-- ``quiet_dynamo_stderr``: hold back torch's stderr copy of a warning the page already showed;
 - ``time_fall_back``: time each shape through the compiled function and as plain eager;
 - the service of section 4: ``TinySeqModel``, ``make_model``, ``request_maker``, ``FIXES``,
   ``fix_policy``, ``serve_fixes`` (one replay per fix), ``reason_kind``, ``diagnose``;
@@ -16,45 +15,24 @@ The lab's graders live in ``l03_limit_lab``.
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from ..instruments import compat
 from ..instruments.bucketing import bucketer
 from ..instruments.inputs import make_tensor, validate_count
+from ..instruments.logs import quiet_dynamo_stderr
 from ..instruments.observe import Mark, Observer, Record, short_reason
 from ..instruments.serving import ServeReport, replay
 from ..instruments.timing import Timing, cpu_threads, time_call
 from ..instruments.traffic import DISTRIBUTIONS, request_lengths
-
-
-@contextlib.contextmanager
-def quiet_dynamo_stderr() -> Iterator[None]:
-    """Keep torch's own stderr copy of Dynamo's warnings quiet for the block.
-
-    The library still captures every record in-process (``Record.warnings``); only the
-    duplicate printed to stderr is held back. Handlers are put back on exit, also on error.
-    """
-    names = ("torch._dynamo", "torch")
-    saved = {n: list(logging.getLogger(n).handlers) for n in names}
-    try:
-        for n in names:
-            lg = logging.getLogger(n)
-            # A NullHandler in their place: with no handler at all, logging's lastResort prints anyway.
-            lg.handlers[:] = [h for h in lg.handlers if type(h) is not logging.StreamHandler] + [logging.NullHandler()]
-        yield
-    finally:
-        for n, hs in saved.items():
-            logging.getLogger(n).handlers[:] = hs
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ from ..instruments.serving import replay
 from ..instruments.timing import cpu_threads, fmt_seconds
 from ..instruments.traffic import request_lengths
 from ..labkit.checks import unanswered
-from .l03_limit import FIXES, fix_policy, make_model, quiet_dynamo_stderr
+from ..instruments.logs import quiet_dynamo_stderr
+from .l03_limit import FIXES, fix_policy, make_model
 
 MYSTERY_CAUSES = {
     "lengths": "the sequence length of the requests varies",
