@@ -50,6 +50,7 @@ def load(spec: str):
 
 
 def model_from(spec: str):
+    """The model a spec names: a function, a module instance, or a module class built with no arguments."""
     import torch
 
     obj = load(spec)
@@ -64,6 +65,7 @@ def model_from(spec: str):
 
 
 def inputs_from(args) -> list:
+    """The calls from ``--shapes`` (random tensors) or ``--inputs`` (a list, or a function returning one)."""
     import torch
 
     if args.shapes:
@@ -95,6 +97,13 @@ def record_trace(model_spec: str, args, directory: str) -> int:
 
 
 def main(argv=None) -> int:
+    """Run the doctor with command-line arguments; returns the exit status (0, 1 or 2)."""
+    args = parser().parse_args(argv)
+    return _run(args)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line, documented (``parser().format_help()`` is what ``--help`` prints)."""
     p = argparse.ArgumentParser(prog="python -m shapelab.tools.doctor",
                                 description="Why does my model recompile, and what should I change? "
                                             "Replays it, names each cause, prescribes code, proves the fix.",
@@ -116,7 +125,10 @@ def main(argv=None) -> int:
     out.add_argument("--format", default="md", choices=["md", "html", "text"], help="report format (default md)")
     out.add_argument("--out", help="write the report to this file instead of stdout")
     out.add_argument("--tlparse", metavar="DIR", help="with --trace: also write tlparse's HTML report to DIR")
-    args = p.parse_args(argv)
+    return p
+
+
+def _run(args) -> int:
 
     try:
         if args.budget is not None and args.budget < 1:

@@ -58,6 +58,7 @@ def stance_code() -> str:
 
 
 def limit_code(n: int) -> str:
+    """Raising the recompile limit to ``n``, spelt for this release (per function where it can be)."""
     if compat.supports_compile_kwarg("recompile_limit"):
         return f"torch.compile(model, recompile_limit={n})  # only when {n} graphs is what the traffic needs"
     return f"torch._dynamo.config.{compat.recompile_limit_name()} = {n}  # only when {n} graphs is what the traffic needs"
