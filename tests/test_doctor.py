@@ -157,6 +157,33 @@ def test_trace_gives_the_same_diagnosis_as_the_live_replay(tmp_path):
     assert {"dimension", "zero_one", "python_value", "global_state", "data_dependent"} <= set(live.kinds)
 
 
+LOOP = '''
+import torch
+def route(x):
+    out = torch.zeros_like(x)
+    for e in range(3):                     # a data-dependent break inside a loop: the frame is skipped
+        idx = torch.nonzero(x.argmax(-1) == e).squeeze(1)
+        out = out.index_add(0, idx, x[idx] * 2)
+    return out
+def calls():
+    return [torch.randn(n, 3) for n in (8, 8, 6, 10)]
+'''
+
+
+def test_a_skipped_frame_is_diagnosed_live_and_from_a_trace(tmp_path):
+    src = tmp_path / "loop.py"
+    src.write_text(LOOP)
+    assert main(["--model", f"{src}:route", "--inputs", f"{src}:calls", "--out", str(tmp_path / "r.md"),
+                 "--record-trace", str(tmp_path / "trace")]) == 0
+    ns = {}
+    exec(LOOP, ns)
+    live = diagnose(ns["route"], ns["calls"]())
+    assert live.evidence.count == 0 and live.kinds == ["data_dependent"] and "ran eagerly" in live.causes[0].where
+    assert proven(live).compiles == 1
+    traced = diagnose_trace(tmp_path / "trace")
+    assert diagnosis_key(traced.causes) == diagnosis_key(live.causes)
+
+
 def test_shell_help_and_exit_status(tmp_path):
     done = subprocess.run([sys.executable, "-m", "shapelab.tools.doctor", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "--trace" in done.stdout and "exit status" in done.stdout.lower()

@@ -206,6 +206,8 @@ def from_trace(directory: str | os.PathLike) -> Evidence:
                 failures[_cid(env)] = [value] if isinstance(value, str) else [str(v) for v in value]
             elif art.get("name") == "dynamo_graph_break_reason":
                 key = break_headline(payload)
+                if key.startswith("Failed to handle graph break gracefully"):
+                    continue  # the frame was skipped: its compile metrics record why (see "skipped")
                 breaks[key] = breaks.get(key, 0) + 1
     if records == 0:
         raise DoctorError(f"{directory} holds .log files but no structured trace records: not a TORCH_TRACE directory")
