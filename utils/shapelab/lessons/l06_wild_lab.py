@@ -24,7 +24,8 @@ from .l06_wild import Tracker
 # What a learner may name as a cause in exercise 1 (the labels, not the answer).
 CAUSES = ("ragged last batch", "strides", "python float argument", "int attribute on a module",
           "growing tensor", "0/1 specialisation", "shared code object")
-TRAINING_CAUSES = frozenset({"ragged last batch", "python float argument", "int attribute on a module"})
+# The training loop's causes, kept as digests so that the answer is not readable from the library.
+_TRAINING_DIGESTS = frozenset({"1b9cd12630f45328", "15283ea24a8d4710", "eb1613fdbffceb63"})
 
 _DEFAULT_LIMITS = {"recompile_limit": 8, "accumulated_recompile_limit": 256}
 
@@ -154,7 +155,13 @@ def _first_difference(a: list, b: list, rtol=1e-4, atol=1e-5) -> int | None:
 
 # --- exercise 1: name the causes -----------------------------------------------------------------------
 
-def check_causes(named, truth: frozenset, where: str) -> tuple[bool, str]:
+def _digest(label: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(("l06:" + label).encode()).hexdigest()[:16]
+
+
+def check_causes(named, where: str = "training loop", digests: frozenset = _TRAINING_DIGESTS) -> tuple[bool, str]:
     """The learner's set of cause labels against the planted ones; names wrong picks, never missing ones."""
     if named is None or named is Ellipsis:
         return False, f"name the causes you found in the {where}: a set of labels from CAUSES"
@@ -169,11 +176,11 @@ def check_causes(named, truth: frozenset, where: str) -> tuple[bool, str]:
     unknown = sorted(n for n in named if n not in CAUSES)
     if unknown:
         return False, f"{', '.join(map(repr, unknown))} is not one of the labels in CAUSES"
-    wrong = sorted(named - truth)
+    wrong = sorted(n for n in named if _digest(n) not in digests)
     if wrong:
         return False, (f"{', '.join(map(repr, wrong))}: not a cause in the {where}; read torch's reasons again "
                        "(which value or size does each failed guard name?)")
-    if named != truth:
+    if len(named) != len(digests):
         return False, (f"every label you named is a cause, but the {where} has more: some recompiles in its log "
                        "are not explained yet")
     return True, f"all the causes of the {where}, and nothing else"
