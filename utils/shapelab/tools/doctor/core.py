@@ -256,7 +256,7 @@ class Diagnosis:
         ev = self.evidence
         head = f"{self.name}: {ev.count} graph(s)" + (f" over {ev.calls} call(s)" if ev.calls is not None else "")
         if self.also_varies:
-            head += " (also varying, not named by a guard: " + ", ".join(self.also_varies) + ")"
+            head += " (also varying, never the named cause: " + ", ".join(self.also_varies) + ")"
         if not self.causes:
             return head + "; no recompile, no graph break: nothing to fix."
         return head + "; causes: " + "; ".join(f"{c.label} ({c.where}, {c.graphs} graph(s))" for c in self.causes)
