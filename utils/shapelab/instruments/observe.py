@@ -376,14 +376,15 @@ class Observer:
     def __enter__(self) -> "Observer":
         import contextlib
 
-        self._stack = contextlib.ExitStack()
-        self._stack.enter_context(isolated(fresh_inductor_cache=self.fresh_inductor_cache, config=self.config))
-        self._failures: dict[str, list[str]] = {}
-        self._stack.enter_context(compat.recompile_failures(self._failures.__setitem__))
-        self._logs = self._stack.enter_context(capture_logs())
-        self.compiled = torch.compile(
-            self.fn, backend=self._backend, dynamic=self.record.dynamic, fullgraph=self.fullgraph
-        )
+        with contextlib.ExitStack() as stack:  # closed at once if anything below raises
+            stack.enter_context(isolated(fresh_inductor_cache=self.fresh_inductor_cache, config=self.config))
+            self._failures: dict[str, list[str]] = {}
+            stack.enter_context(compat.recompile_failures(self._failures.__setitem__))
+            self._logs = stack.enter_context(capture_logs())
+            self.compiled = torch.compile(
+                self.fn, backend=self._backend, dynamic=self.record.dynamic, fullgraph=self.fullgraph
+            )
+            self._stack = stack.pop_all()
         return self
 
     def __exit__(self, *exc) -> None:
