@@ -128,6 +128,7 @@ class Run:
     predicted: int | None = None
     same: bool | None = None
     notes: list[str] = field(default_factory=list)
+    pads: list[dict] = field(default_factory=list)  # per call: padded size -> original size
 
     @property
     def compiles(self) -> int:
@@ -196,9 +197,7 @@ def _replay(model, calls, backend, plan, dynamic, label) -> Run:
             padded.append(pad_map)
         unimplemented = dict(torch._dynamo.utils.counters["unimplemented"])
     ev = from_record(obs.record, getattr(getattr(m, "forward", m), "__name__", "model"), unimplemented)
-    run = Run(label, ev, outs, obs.record.counts, plan.predicted, notes=list(plan.notes))
-    run._pads = padded
-    return run
+    return Run(label, ev, outs, obs.record.counts, plan.predicted, notes=list(plan.notes), pads=padded)
 
 
 def _progress(calls: Sequence[Call], label: str, every: int = 200):
@@ -482,6 +481,6 @@ def _prove_once(model, calls, plan: Plan, backend: str, dynamic, reference: list
             plan.marks = [Mark(dim=m.dim, arg=m.arg, kind=fallback.get(m.kind, m.kind)) if m.kind in fallback else m
                           for m in plan.marks]
     run.notes = list(plan.notes)
-    sames = [_same(r, o, {b: n for b, n in p.items()}) for r, o, p in zip(reference, run.outputs, run._pads)]
+    sames = [_same(r, o, {b: n for b, n in p.items()}) for r, o, p in zip(reference, run.outputs, run.pads)]
     run.same = False if False in sames else (None if None in sames else True)
     return run
