@@ -433,10 +433,8 @@ def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", 
                 "buckets", f"input '{diag.buckets['input']}', dim {d}",
                 f"BUCKETS = {list(bs)}  # at most {b} graphs for these sizes; mean padding {waste:.1f}\n"
                 f"n = {diag.buckets['input']}.shape[{d}]; b = next(s for s in BUCKETS if s >= n)\n"
-                f"{diag.buckets['input']} = torch.nn.functional.pad({diag.buckets['input']}, "
-                f"{[0, 0] * (calls[0].args[i].dim() - d - 1) + [0, 'b - n']})  # and mask the padding\n"
-                f"torch._dynamo.mark_static({diag.buckets['input']}, {d})  # one static graph per bucket".replace("'b - n'", "b - n"),
-                True))
+                + "".join(_pad_code(names[j] if j < len(names) else f"args[{j}]", e, calls[0].args[j].dim())
+                          for j, e in linked), True))
             diag.runs.append(_prove(model, calls, rest, backend, dynamic, reference, predict))
         elif sizes and min(sizes) >= 1:
             diag.prescriptions.append(Prescription(
@@ -444,6 +442,13 @@ def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", 
                 " buckets would be the sizes themselves; the marks above are the fix", False, "not needed here"))
     diag.prescriptions.append(Prescription("stance", "after warm-up", stance_code(), False, "a choice for your service"))
     return diag
+
+
+def _pad_code(var: str, dim: int, ndim: int) -> str:
+    """Right-pad ``var`` along ``dim`` to the bucket ``b`` and mark that dimension static, as code."""
+    spec = ", ".join(["0, 0"] * (ndim - dim - 1) + ["0, b - n"])
+    return (f"{var} = torch.nn.functional.pad({var}, [{spec}])  # and mask the padding in the model\n"
+            f"torch._dynamo.mark_static({var}, {dim})  # one static graph per bucket\n")
 
 
 def _prove(model, calls, plan: Plan, backend: str, dynamic, reference: list, predict=None) -> Run:
