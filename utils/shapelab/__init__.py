@@ -1,7 +1,7 @@
 """shapelab: the course library for "Dynamic shapes and recompilation in torch.compile".
 
 Four rooms: ``instruments`` (observe, isolate, time, tabulate), ``labkit`` (bench, checks, ledger,
-labgen), ``tools`` (preflight, fullrun, warmup, gpucheck: ``python -m shapelab.tools.NAME``) and
+labgen, predictions), ``tools`` (preflight, fullrun, warmup, gpucheck, doctor: ``python -m shapelab.tools.NAME``) and
 ``lessons`` (each lesson's own helpers, one module per lesson). The names most lessons need are
 re-exported here and imported on first use, so ``import shapelab`` needs no PyTorch until one is
 touched (the preflight tool must start on a machine without it, to say so).
@@ -10,7 +10,8 @@ from importlib import import_module as _import
 
 # name -> the module under shapelab that defines it (a module name alone exports that module)
 _EXPORTS = {
-    "instruments.bucketing": ["BucketStats", "bucket_stats", "bucketer", "formula_compiles", "next_multiple", "next_pow2"],
+    "instruments.bucketing": ["BucketStats", "bucket_stats", "bucketer", "formula_compiles", "next_multiple", "next_pow2",
+                              "optimal_buckets", "expected_waste"],
     "labkit.checks": ["Checker", "CheckFailed", "unanswered"],
     "instruments.device": ["device_note", "pick_device"],
     "instruments.display": ["Table", "html_table", "text_table", "fmt_shape"],
@@ -24,6 +25,7 @@ _EXPORTS = {
     "instruments.serving": ["ServeReport", "replay"],
     "instruments.timing": ["Timing", "cpu_threads", "fmt_seconds", "time_call", "time_first_call"],
     "instruments.traffic": ["request_lengths"],
+    "tools.doctor": ["diagnose", "diagnose_trace", "Call"],
 }
 _NAMES = {name: module for module, names in _EXPORTS.items() for name in names}
 _MODULES = {"compat", "isolation", "logs", "timing", "display", "inputs", "traffic", "bucketing", "serving",

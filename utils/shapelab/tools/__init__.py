@@ -1,1 +1,1 @@
-"""Tools run from the shell: python -m shapelab.tools.preflight | fullrun | warmup."""
+"""Tools run from the shell: python -m shapelab.tools.preflight | fullrun | warmup | gpucheck | doctor (each has --help)."""
