@@ -448,7 +448,8 @@ def run_bench(case: str = "ragged", fix: str = "none", steps: int = 10, backend:
         fs = failures.get(gr.compile_id, [])
         cause = cause_of(fs, dynamic_ids)
         if cause:
-            reasons.append(f"graph #{gr.number} ({gr.compile_id}): {short_reason(cause, keep_id=True)}")
+            failed, _, guard = short_reason(cause, keep_id=True).partition(": ")
+            reasons.append(f"graph #{gr.number} (compile {gr.compile_id}): the guard of {failed} failed: {guard}")
     eager_calls = [r["call"] for r in rows if r["_eager"]]
     compiles = f"{tracker.frame_count} compile(s) over {len(rows)} call(s)\ncounts after each call: {counts}"
     compiles += f"\ngraphs: " + "; ".join(gr.label() for gr in tracker.graphs) if tracker.graphs else "\n(nothing compiled)"
