@@ -80,7 +80,7 @@ def test_a_pane_showing_a_table_takes_the_full_row():
 
 def test_run_may_add_a_note_to_the_status_line():
     bench = LabBench("t", {"n": int_slider("n", 2, 1, 4)}, lambda n: {"out": n, "_note": "sizes sorted"}, ["out"])
-    assert bench.click() and "Adjusted: sizes sorted." in bench.status.value and "_note" not in bench.panes
+    assert bench.click() and "Note: sizes sorted." in bench.status.value and "_note" not in bench.panes
 
 
 def test_dropdown_shows_none_as_a_selected_label():

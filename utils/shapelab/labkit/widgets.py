@@ -10,7 +10,8 @@ What a learner sees (checked by tests/test_browser.py in a 1280 x 800 window):
 - after an error the panes keep the last successful run, marked "not updated" with the inputs
   of that run (or stay empty when nothing ran yet);
 - a control the bench or the widget adjusted (a typed 999 clamped to a slider's 64, a size list
-  with repeats) is named in the status line; ``run`` may add its own note under the key ``"_note"``;
+  with repeats) is named in the status line ("Adjusted: ..."); ``run`` may add its own line under the
+  key ``"_note"`` ("Note: ...");
 - text wraps at spaces (never inside a word), figures shrink to their pane, long per-call counts
   are a small step plot (``Steps``), and tick labels that would overlap are thinned out.
 """
@@ -30,7 +31,7 @@ from ..instruments.observe import Record, short_reason
 
 BUSY = "Running… (a compile can take a few seconds)"
 DONE = "Done: the panes show this run."
-NOTE_KEY = "_note"  # run() may return {"_note": "..."}: said in the status line, not a pane
+NOTE_KEY = "_note"  # run() may return {"_note": "..."}: said in the status line ("Note: ..."), not a pane
 STEPS_FROM = 25  # per-call counts longer than this are drawn as a step plot, not printed
 
 # Wrap at spaces, break a word only when it alone is wider than the pane; never scroll sideways.
@@ -232,8 +233,6 @@ class LabBench:
             self.button.disabled = False
         self.last_error = None
         note = result.pop(NOTE_KEY, None)
-        if note:
-            notes.append(str(note))
         for name in result:
             if name not in self.panes:
                 raise KeyError(f"run() returned pane {name!r}; panes are {', '.join(self.panes)}")
@@ -243,7 +242,7 @@ class LabBench:
             if "<table" in self._ok_html[name]:  # a table needs the full row, or it would scroll sideways
                 self._boxes[name].layout.min_width = "100%"
         self.last_ok = values
-        self.status.value = DONE + _notes_html(notes)
+        self.status.value = DONE + _notes_html(notes) + (_notes_html([str(note)], "Note") if note else "")
         return True
 
     def _mark_stale(self) -> None:
@@ -274,10 +273,11 @@ def _label(w, key: str) -> str:
     return f"'{getattr(w, 'description', '') or key}'"
 
 
-def _notes_html(notes: Sequence[str]) -> str:
+def _notes_html(notes: Sequence[str], kind: str = "Adjusted") -> str:
     if not notes:
         return ""
-    return ("<br><span style='color:#7a4100'>Adjusted: " + "; ".join(html.escape(n, quote=False) for n in notes) + ".</span>")
+    text = "; ".join(html.escape(n, quote=False) for n in notes)
+    return f"<br><span style='color:#7a4100'>{kind}: {text}{'' if text.endswith('.') else '.'}</span>"
 
 
 def record_panes(record: Record) -> dict:
