@@ -52,15 +52,36 @@ def budget(folder: str) -> float:
     return BUDGET_S[folder] * float(factor)
 
 
+TIMINGS = ROOT / "test-artifacts" / "timings.jsonl"
+
+
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def record_timing(path: Path, wall: float, cpu: float) -> None:
+    """Append ``{notebook, wall_s, cpu_s}`` to test-artifacts/timings.jsonl: CPU seconds barely depend on the
+    machine's load, so they estimate a quiet CI run's time when the wall clock is inflated by other jobs."""
+    TIMINGS.parent.mkdir(parents=True, exist_ok=True)
+    with TIMINGS.open("a") as fh:
+        fh.write(json.dumps({"notebook": _id(path), "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+                             "load": round(os.getloadavg()[0], 1)}) + "\n")
+
+
 def execute(path: Path, **parameters) -> tuple[nbformat.NotebookNode, float]:
     """Run a notebook headless with papermill at CI sizes; keep the executed copy for inspection."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     out = ARTIFACTS / f"{path.parent.name}__{path.name}"
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _children_cpu()
     nb = papermill.execute_notebook(str(path), str(out), parameters={"SCALE": "ci", **parameters},
                                     cwd=str(path.parent), kernel_name="python3", progress_bar=False,
                                     execution_timeout=300)
-    return nb, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    record_timing(path, seconds, _children_cpu() - cpu)
+    return nb, seconds
 
 
 def test_course_has_lessons():
@@ -101,9 +122,10 @@ def run_nbval(path: Path, artifacts: Path = ARTIFACTS,
     env.pop("PYTEST_ADDOPTS", None)
     cmd = [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "nbval_capture", "-p", "no:cacheprovider",
            "-q", "--color=no", "-o", "addopts=-ra", "--rootdir", str(ROOT), str(path)]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _children_cpu()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     seconds = time.perf_counter() - start
+    record_timing(path, seconds, _children_cpu() - cpu)
     nb = nbformat.read(executed, as_version=4) if executed.exists() else None
     return proc, nb, seconds
 
