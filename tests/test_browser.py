@@ -323,18 +323,28 @@ def _status(bench):
 def _drive(page, spec: BenchSpec, base: str, token: str, copy: Path, errors: list[str]) -> None:
     page.goto(f"{base}/lab/tree/{copy.name}?token={token}&reset")
     page.locator(".jp-Notebook").first.wait_for()
-    # A fresh JupyterLab may ask which kernel to start; a learner would accept the default.
+    # A fresh JupyterLab may ask which kernel to start; a learner would accept the default. Wait for
+    # whichever comes first, the dialog or the idle kernel, instead of a fixed time for a dialog.
     dialog_button = page.locator(".jp-Dialog button.jp-mod-accept")
-    try:
-        dialog_button.wait_for(timeout=10_000)
-        dialog_button.click()
-    except Exception:
-        pass  # no dialog: the kernel started by itself
-    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(timeout=60_000)
+    idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+    dialog_button.or_(idle).first.wait_for(timeout=60_000)
+    if dialog_button.count():
+        dialog_button.first.click()
+    idle.first.wait_for(timeout=60_000)
 
-    # Run all cells from the menu, as a learner would.
-    page.get_by_role("menuitem", name="Run", exact=True).click()
-    page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
+    # Run all cells from the menu, as a learner would. A kernel that shows idle before the page has
+    # connected to it ignores the request; a learner would press it again, and so does the test.
+    started = page.locator(".jp-InputPrompt").filter(has_text=re.compile(r"\[(\*|\d+)\]"))
+    for _attempt in range(4):
+        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
+        try:
+            started.first.wait_for(timeout=8_000)
+            break
+        except Exception:
+            page.keyboard.press("Escape")
+    else:
+        raise AssertionError("Run All Cells started no cell in 4 tries: the kernel never connected")
     bench = page.locator(".shapelab-bench").last
     _wait_for_bench(page, bench, copy)
     status = _status(bench).filter(has_text=re.compile("Done|Error")).first
