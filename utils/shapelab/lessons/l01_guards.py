@@ -11,7 +11,6 @@ state and leaves nothing behind (``isolated`` / ``observe``):
 - ``dynamic_facts``: the ``TORCH_LOGS=dynamic`` lines worth reading, shortened;
 - ``knob_table``: one stream of shapes under each knob of the source's table (section 4);
 - ``guard_cost``: per-call overhead, compiled against eager, and the guard check alone (section 5);
-- ``other_triggers``: dtype, ``requires_grad``, grad mode, threads, duck sizing, Python ints (section 6);
 - ``run_bench`` / ``build_bench``: the lab bench.
 """
 from __future__ import annotations
@@ -354,21 +353,6 @@ def dynamic_facts(lines: Iterable[str]) -> list[str]:
     return out
 
 
-def guard_lines_from_log(lines: Iterable[str]) -> list[str]:
-    """From ``TORCH_LOGS=guards`` output: the size and shape guards, one per line, comments removed."""
-    out = []
-    for msg in lines:
-        for raw in msg.splitlines():
-            line = raw.strip().lstrip("|+- ").strip()
-            if line.startswith("TENSOR_MATCH:"):
-                m = re.search(r"check_tensor\((L\[[^\]]+\]).*?size=(\[[^\]]*\])", line)
-                if m:
-                    out.append(f"TENSOR_MATCH {m.group(1)} size={m.group(2)}")
-            elif line.startswith(("LAMBDA_GUARD:", "SYMBOLIC_SHAPE_GUARD:")) and ".size()" in line:
-                out.append(line.split("#")[0].split(":", 1)[1].strip())
-    return out
-
-
 # --------------------------------------------------------------------------------------------
 # Section 4: the knobs, live
 # --------------------------------------------------------------------------------------------
@@ -549,77 +533,6 @@ def plot_guard_cost(rows: Sequence[dict]):
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
-
-
-# --------------------------------------------------------------------------------------------
-# Section 6: other things that recompile
-# --------------------------------------------------------------------------------------------
-
-def _scaled(x, n):
-    return x * n
-
-
-def _double(x):
-    return x.sin() * 2
-
-
-def other_triggers() -> Table:
-    """Each non-shape recompile trigger, set off live: counts and the reason Dynamo gave.
-
-    dtype, ``requires_grad``, grad mode, thread count, duck sizing (``dynamic=True`` with a square
-    first input) and a Python int argument. Every run is isolated: thread count and grad mode
-    are restored afterwards.
-    """
-    from ..instruments.observe import Observer
-
-    x = make_tensor((4, 3))
-    rows = Table()
-
-    def row(trigger, calls_desc, rec):
-        rows.append({"trigger": trigger, "calls": calls_desc, "counts": rec.counts,
-                     "reason for the last recompile": short_reason(rec.reasons[-1]) if rec.reasons else "(none)"})
-
-    with Observer(_double) as obs:
-        obs(x)
-        obs(x.double())
-    row("dtype", "float32, then float64", obs.record)
-    with Observer(_double) as obs:
-        obs(x)
-        obs(x.clone().requires_grad_(True))
-    row("requires_grad", "a plain tensor, then one that requires grad", obs.record)
-    with Observer(_double) as obs:
-        obs(x)
-        with torch.no_grad():
-            obs(x)
-    row("grad mode", "grad enabled, then under torch.no_grad()", obs.record)
-    with Observer(_double) as obs:
-        obs(x)
-        torch.set_num_threads(1 if torch.get_num_threads() != 1 else 2)
-        obs(x)
-    row("thread count", "then torch.set_num_threads changed", obs.record)
-    with Observer(_double, dynamic=True) as obs:
-        obs(make_tensor((8, 8)))
-        obs(make_tensor((4, 8)))
-    row("duck sizing", "dynamic=True: (8, 8), then (4, 8)", obs.record)
-    with Observer(_scaled) as obs:
-        for n in (2, 3, 4):
-            obs(x, n)
-    row("a Python int argument", "n = 2, 3, 4", obs.record)
-    return rows
-
-
-# --------------------------------------------------------------------------------------------
-# Section 7: memory of past shapes
-# --------------------------------------------------------------------------------------------
-
-def input_shapes(gm: torch.fx.GraphModule) -> str:
-    """The tensor inputs of a graph as Dynamo saw them, e.g. ``(s77, 3)``."""
-    shapes = []
-    for node in gm.graph.nodes:
-        value = node.meta.get("example_value")
-        if node.op == "placeholder" and isinstance(value, torch.Tensor):
-            shapes.append("(" + ", ".join(str(d) for d in value.shape) + ("," if value.dim() == 1 else "") + ")")
-    return ", ".join(shapes)
 
 
 # --------------------------------------------------------------------------------------------
