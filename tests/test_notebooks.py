@@ -8,8 +8,12 @@ Who executes what (README, "Development"):
 - Solutions and labs run under **papermill**, because they need `STRICT`: solutions with STRICT=True
   must pass every check; untouched labs with STRICT=False must fail every check (a check that passes
   on a stub proves nothing).
-Budgets are the hard limits at CI size on 2 quiet cores (lesson 60 s, lab/solution 90 s), scaled up by
-the machine's load when it runs more than one job per core (see budget()).
+Every execution is a subprocess, and they run two at a time ($SHAPELAB_NOTEBOOK_WORKERS; a kernel uses
+about one core), started in collection order by the fixture ``runs`` as soon as the first notebook test
+needs it: only the notebooks whose tests were selected run.
+Budgets are the hard limits at CI size (lesson 60 s, lab/solution 90 s), asserted on the CPU seconds
+the execution used (the kernel included), which do not grow when other jobs share the machine; the
+wall clock is held to the same limit times the workers and the load (a hang guard, see budget()).
 """
 import json
 import os
@@ -17,11 +21,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-import papermill
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +39,7 @@ ALL = LESSONS + SOLUTIONS + LABS
 BUDGET_S = {"notebooks": 60, "solutions": 90, "labs": 90}
 PREDICT_PROMPT = "> **Predict first.**"
 ARTIFACTS = ROOT / "test-artifacts" / "executed"
+WORKERS = int(os.environ.get("SHAPELAB_NOTEBOOK_WORKERS", min(2, os.cpu_count() or 1)))
 
 
 def _id(path: Path) -> str:
@@ -53,35 +61,113 @@ def budget(folder: str) -> float:
 
 
 TIMINGS = ROOT / "test-artifacts" / "timings.jsonl"
+_timings_lock = threading.Lock()
 
 
-def _children_cpu() -> float:
-    import resource
+@dataclass
+class Run:
+    """One notebook execution in a subprocess: exit status, output, executed copy, wall and CPU seconds."""
 
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+    returncode: int
+    stdout: str
+    nb: nbformat.NotebookNode | None
+    seconds: float
+    cpu: float
+    checks: list = field(default_factory=list)  # lab check results (solutions and labs)
+
+
+def run_process(cmd: list[str], env: dict, timeout: float = 900) -> tuple[int, str, float, float]:
+    """Run ``cmd``; (exit status, stdout+stderr, wall seconds, CPU seconds of it and everything it waited for)."""
+    with tempfile.TemporaryFile("w+") as log:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - start
+        log.seek(0)
+        return proc.returncode, log.read(), seconds, usage.ru_utime + usage.ru_stime
 
 
 def record_timing(path: Path, wall: float, cpu: float) -> None:
     """Append ``{notebook, wall_s, cpu_s}`` to test-artifacts/timings.jsonl: CPU seconds barely depend on the
     machine's load, so they estimate a quiet CI run's time when the wall clock is inflated by other jobs."""
     TIMINGS.parent.mkdir(parents=True, exist_ok=True)
-    with TIMINGS.open("a") as fh:
+    with _timings_lock, TIMINGS.open("a") as fh:
         fh.write(json.dumps({"notebook": _id(path), "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
                              "load": round(os.getloadavg()[0], 1)}) + "\n")
 
 
-def execute(path: Path, **parameters) -> tuple[nbformat.NotebookNode, float]:
-    """Run a notebook headless with papermill at CI sizes; keep the executed copy for inspection."""
+def run_papermill(path: Path, **parameters) -> Run:
+    """Execute a solution or lab with papermill (CLI, in a subprocess) at CI sizes; collect its check results."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     out = ARTIFACTS / f"{path.parent.name}__{path.name}"
-    start, cpu = time.perf_counter(), _children_cpu()
-    nb = papermill.execute_notebook(str(path), str(out), parameters={"SCALE": "ci", **parameters},
-                                    cwd=str(path.parent), kernel_name="python3", progress_bar=False,
-                                    execution_timeout=300)
-    seconds = time.perf_counter() - start
-    record_timing(path, seconds, _children_cpu() - cpu)
-    return nb, seconds
+    results = Path(tempfile.mkdtemp(prefix="shapelab-checks-")) / "checks.jsonl"
+    env = dict(os.environ, SHAPELAB_CHECK_RESULTS=str(results))
+    cmd = [sys.executable, "-m", "papermill", str(path), str(out), "--cwd", str(path.parent), "-k", "python3",
+           "--no-progress-bar", "--execution-timeout", "300"]
+    for name, value in {"SCALE": "ci", **parameters}.items():
+        cmd += ["-p", name, str(value)]
+    code, output, seconds, cpu = run_process(cmd, env)
+    record_timing(path, seconds, cpu)
+    checks = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+    shutil.rmtree(results.parent, ignore_errors=True)
+    nb = nbformat.read(out, as_version=4) if out.exists() else None
+    return Run(code, output, nb, seconds, cpu, checks)
+
+
+@pytest.fixture(scope="module")
+def runs(request):
+    """Start every selected notebook execution now, WORKERS at a time, in collection order.
+
+    Yields ``{(kind, path): Future[Run]}`` with kind "lesson", "solution" or "lab".
+    """
+    kinds = {"test_lesson_executes_under_nbval": "lesson", "test_solution_passes_every_check": "solution",
+             "test_untouched_lab_fails_every_check": "lab"}
+    jobs = []
+    for item in request.session.items:
+        kind = kinds.get(getattr(item, "originalname", ""))
+        if kind and Path(str(item.path)) == Path(__file__) and hasattr(item, "callspec"):
+            jobs.append((kind, item.callspec.params["path"]))
+    pool = ThreadPoolExecutor(max_workers=max(1, WORKERS), thread_name_prefix="notebook")
+    work = {"lesson": run_nbval, "solution": lambda p: run_papermill(p, STRICT=True),
+            "lab": lambda p: run_papermill(p, STRICT=False)}
+    futures: dict[tuple, Future] = {(k, p): pool.submit(work[k], p) for k, p in jobs}
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _result(runs: dict, kind: str, path: Path) -> Run:
+    return runs[(kind, path)].result()
+
+
+def budget(folder: str) -> float:
+    """The hard limit for a notebook of ``folder``, in CPU seconds (the kernel's included)."""
+    return float(BUDGET_S[folder])
+
+
+def wall_limit(folder: str) -> float:
+    """The wall-clock guard: the limit times the notebooks running at once and the load per core.
+
+    $SHAPELAB_BUDGET_FACTOR replaces the load factor.
+    """
+    factor = os.environ.get("SHAPELAB_BUDGET_FACTOR")
+    if factor is None:
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+        factor = max(1.0, load / cores)
+    return BUDGET_S[folder] * max(1, WORKERS) * float(factor)
+
+
+def assert_within_budget(path: Path, run: Run) -> None:
+    folder = path.parent.name
+    assert run.cpu <= budget(folder), (f"{_id(path)} used {run.cpu:.0f} CPU seconds at CI size; the limit is "
+                                       f"{budget(folder):.0f} s (wall {run.seconds:.0f} s)")
+    assert run.seconds <= wall_limit(folder), (f"{_id(path)} took {run.seconds:.0f} s of wall clock, over the "
+                                               f"guard of {wall_limit(folder):.0f} s: stuck?")
 
 
 def test_course_has_lessons():
@@ -105,11 +191,10 @@ def test_labs_are_generated_from_solutions():
     assert [p.name for p in LABS] == [p.name for p in SOLUTIONS]
 
 
-def run_nbval(path: Path, artifacts: Path = ARTIFACTS,
-              **parameters) -> tuple[subprocess.CompletedProcess, nbformat.NotebookNode | None, float]:
-    """`pytest --nbval-lax path` in a subprocess, parameters injected; returns (process, executed copy, seconds).
+def run_nbval(path: Path, artifacts: Path = ARTIFACTS, **parameters) -> Run:
+    """`pytest --nbval-lax path` in a subprocess, parameters injected after the parameters cell.
 
-    The lesson's claims ledger is saved under ``artifacts/../ledger/<lesson>/``.
+    The executed copy lands in ``artifacts``; the lesson's claims ledger under ``artifacts/../ledger/<lesson>/``.
     """
     artifacts.mkdir(parents=True, exist_ok=True)
     executed = artifacts / f"{path.parent.name}__{path.name}"
@@ -120,14 +205,13 @@ def run_nbval(path: Path, artifacts: Path = ARTIFACTS,
                SHAPELAB_NBVAL_EXECUTED=str(artifacts),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
     env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_CURRENT_TEST", None)
     cmd = [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "nbval_capture", "-p", "no:cacheprovider",
            "-q", "--color=no", "-o", "addopts=-ra", "--rootdir", str(ROOT), str(path)]
-    start, cpu = time.perf_counter(), _children_cpu()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    seconds = time.perf_counter() - start
-    record_timing(path, seconds, _children_cpu() - cpu)
+    code, output, seconds, cpu = run_process(cmd, env)
+    record_timing(path, seconds, cpu)
     nb = nbformat.read(executed, as_version=4) if executed.exists() else None
-    return proc, nb, seconds
+    return Run(code, output, nb, seconds, cpu)
 
 
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
@@ -199,19 +283,20 @@ def giveaway_headings(nb) -> list[str]:
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=_id)
-def test_lesson_executes_under_nbval(path):
-    proc, nb, seconds = run_nbval(path)
-    assert nb is not None, (f"no executed copy of {_id(path)} was written (tests/nbval_capture.py):\n"
-                            f"{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+def test_lesson_executes_under_nbval(path, runs):
+    run = _result(runs, "lesson", path)
+    nb = run.nb
+    assert nb is not None, f"no executed copy of {_id(path)} was written (tests/nbval_capture.py):\n{run.stdout[-4000:]}"
     failed = failed_cells(nb)
-    assert proc.returncode == 0 and not failed, (
+    assert run.returncode == 0 and not failed, (
         f"pytest --nbval-lax {_id(path)} failed; first failing cells (code cell index, as nbval numbers them):\n"
-        + "\n".join(failed[:3]) + f"\n--- nbval's summary:\n{proc.stdout[-1500:]}")
-    limit = budget("notebooks")
+        + "\n".join(failed[:3]) + f"\n--- nbval's summary:\n{run.stdout[-1500:]}")
     slow = sorted(((c.metadata.get("shapelab", {}).get("seconds", 0), k) for k, c in enumerate(nb.cells)
                    if c.cell_type == "code"), reverse=True)[:3]
-    assert seconds <= limit, (f"{_id(path)} took {seconds:.0f} s at CI size; the limit is {limit:.0f} s. "
-                              f"Slowest cells (seconds, index): {slow}")
+    try:
+        assert_within_budget(path, run)
+    except AssertionError as e:
+        raise AssertionError(f"{e}. Slowest cells (seconds, index): {slow}") from None
     saved = sorted((ARTIFACTS.parent / "ledger" / path.stem).glob("*.json"))  # run_nbval's ledger folder
     claims = [c for f in saved for c in json.loads(f.read_text()).get("claims", [])]
     assert claims, f"{_id(path)} saved no claims ledger rows (S.Ledger(...).save(); DESIGN.md, 'Anatomy of a lesson')"
@@ -226,8 +311,9 @@ def test_nbval_run_injects_parameters_and_keeps_outputs_and_failures(tmp_path):
     nb_path = write_notebook(tmp_path / "nbs" / "00_tiny.ipynb", [
         ("md", "# Tiny"), ("params", 'SCALE = "auto"'),
         ("code", "print(f'scale is {SCALE}')"), ("code", "1 / 0"), ("code", "print('after')")])
-    proc, nb, _ = run_nbval(nb_path, artifacts=tmp_path / "executed", SEED=3)
-    assert proc.returncode != 0 and nb is not None
+    run = run_nbval(nb_path, artifacts=tmp_path / "executed", SEED=3)
+    nb = run.nb
+    assert run.returncode != 0 and nb is not None and run.cpu > 0
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code[1].outputs[0]["text"] == "scale is ci\n"  # injected after the parameters cell, as papermill does
     assert failed_cells(nb) == ["Cell 2 ('1 / 0'): ZeroDivisionError: division by zero"]
@@ -247,28 +333,26 @@ def test_giveaway_headings_finds_a_measured_figure_in_a_heading():
     assert len(problems) == 1 and "shows 3" in problems[0] and "cell 2" in problems[0], problems
 
 
-def _check_results(path: Path, tmp_path: Path, strict: bool) -> list[dict]:
-    results = tmp_path / "checks.jsonl"
-    os.environ["SHAPELAB_CHECK_RESULTS"] = str(results)
-    try:
-        _, seconds = execute(path, STRICT=strict)
-    finally:
-        del os.environ["SHAPELAB_CHECK_RESULTS"]
-    limit = budget(path.parent.name)
-    assert seconds <= limit, f"{_id(path)} took {seconds:.0f} s at CI size; the limit is {limit:.0f} s"
-    return [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+def _checks_of(runs: dict, kind: str, path: Path) -> list[dict]:
+    run = _result(runs, kind, path)
+    if kind == "solution":
+        assert run.returncode == 0, f"{_id(path)} failed under STRICT=True:\n{run.stdout[-3000:]}"
+    else:
+        assert run.returncode == 0, f"{_id(path)} (untouched, STRICT=False) raised:\n{run.stdout[-3000:]}"
+    assert_within_budget(path, run)
+    return run.checks
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=_id)
-def test_solution_passes_every_check(path, tmp_path):
-    results = _check_results(path, tmp_path, strict=True)
+def test_solution_passes_every_check(path, runs):
+    results = _checks_of(runs, "solution", path)
     assert len(results) >= 3, f"{_id(path)} ran only {len(results)} checks"
     assert all(r["passed"] for r in results), [r["name"] for r in results if not r["passed"]]
 
 
 @pytest.mark.parametrize("path", LABS, ids=_id)
-def test_untouched_lab_fails_every_check(path, tmp_path):
-    results = _check_results(path, tmp_path, strict=False)
+def test_untouched_lab_fails_every_check(path, runs):
+    results = _checks_of(runs, "lab", path)
     solution_checks = {c for c in _check_names(ROOT / "solutions" / path.name)}
     assert {r["name"] for r in results} == solution_checks, "the lab must reach every check the solution has"
     passed = [r["name"] for r in results if r["passed"]]
