@@ -181,7 +181,7 @@ def test_quiet_guard_errors_restores_the_logger():
     lg = logging.getLogger("torch._guards")
     before = (lg.level, lg.disabled)
     with pytest.raises(RuntimeError):
-        with G.quiet_guard_errors():
+        with S.logs.quiet_guard_errors():
             assert lg.disabled
             raise RuntimeError("boom")
     assert (lg.level, lg.disabled) == before
@@ -216,13 +216,13 @@ def test_guard_cost_grows_with_inputs_and_plots():
 
 
 def test_parse_shapes():
-    assert G.parse_shapes("4x16, 8 x 16; 2*3") == [(4, 16), (8, 16), (2, 3)]
-    assert G.parse_shapes("") == []
+    assert S.inputs.parse_shapes("4x16, 8 x 16; 2*3") == [(4, 16), (8, 16), (2, 3)]
+    assert S.inputs.parse_shapes("") == []
     for bad, msg in (("4x", "whole numbers"), ("4x16x2", "batch x features"), ("-4x3", "negative")):
         with pytest.raises(ValueError, match=msg):
-            G.parse_shapes(bad)
+            S.inputs.parse_shapes(bad)
     with pytest.raises(TypeError):
-        G.parse_shapes(4)
+        S.inputs.parse_shapes(4)
 
 
 def test_run_bench_panes():

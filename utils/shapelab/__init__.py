@@ -16,7 +16,7 @@ _EXPORTS = {
     "instruments.device": ["device_note", "pick_device"],
     "instruments.display": ["Table", "html_table", "text_table", "fmt_shape"],
     "instruments.environment": ["inductor_check", "setup"],
-    "instruments.inputs": ["batches", "validate_count", "validate_shape", "make_tensor", "parse_sizes"],
+    "instruments.inputs": ["batches", "validate_count", "validate_shape", "make_tensor", "parse_sizes", "parse_shapes"],
     "instruments.isolation": ["clean_compile_state", "isolated", "snapshot"],
     "labkit.ledger": ["Ledger"],
     "labkit.predictions": ["reveal"],

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Iterable, Sequence
 
 import torch
@@ -89,3 +90,21 @@ def parse_sizes(text: str) -> list[int]:
     for s in sizes:
         validate_shape((s,))
     return sizes
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """``"4x16, 8x16"`` -> ``[(4, 16), (8, 16)]``, with a message a learner can act on otherwise."""
+    if not isinstance(text, str):
+        raise TypeError(f"expected text like '4x16, 8x16', got {type(text).__name__}")
+    shapes = []
+    for part in [p.strip() for p in text.replace(";", ",").split(",") if p.strip()]:
+        dims = [d.strip() for d in re.split(r"[x×*]", part.lower())]
+        if len(dims) != 2:
+            raise ValueError(f"{part!r}: write each shape as batch x features, like 4x16")
+        try:
+            b, f = (int(d) for d in dims)
+        except ValueError:
+            raise ValueError(f"{part!r}: sizes must be whole numbers, like 4x16") from None
+        validate_shape((b, f))
+        shapes.append((b, f))
+    return shapes

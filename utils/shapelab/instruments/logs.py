@@ -132,3 +132,21 @@ def quiet_dynamo_stderr() -> Iterator[None]:
     finally:
         for n, hs in saved.items():
             logging.getLogger(n).handlers[:] = hs
+
+
+@contextlib.contextmanager
+def quiet_guard_errors():
+    """Keep torch from printing its long ERROR log when a guard cannot be built.
+
+    A ``mark_dynamic`` that the code specialises raises ``ConstraintViolationError``; before
+    raising, torch logs the same error with two tracebacks to stderr. The exception itself still
+    reaches the caller; only the duplicate log is silenced, and the logger is restored.
+    """
+    lg = logging.getLogger("torch._guards")
+    level, disabled = lg.level, lg.disabled
+    lg.disabled = True
+    try:
+        yield
+    finally:
+        lg.setLevel(level)
+        lg.disabled = disabled

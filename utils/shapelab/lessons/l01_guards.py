@@ -15,10 +15,8 @@ state and leaves nothing behind (``isolated`` / ``observe``):
 """
 from __future__ import annotations
 
-import contextlib
 import difflib
 import html
-import logging
 import re
 import time
 from dataclasses import dataclass, field
@@ -27,7 +25,8 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from ..instruments.display import Table, fmt_shape
-from ..instruments.inputs import validate_shape, make_tensor
+from ..instruments.inputs import make_tensor, parse_shapes, validate_shape
+from ..instruments.logs import quiet_guard_errors
 from ..instruments.isolation import isolated
 from ..instruments.observe import ExperimentError, Mark, as_args, observe, short_reason
 from ..instruments.timing import Timing, time_call
@@ -357,24 +356,6 @@ def dynamic_facts(lines: Iterable[str]) -> list[str]:
 # Section 4: the knobs, live
 # --------------------------------------------------------------------------------------------
 
-@contextlib.contextmanager
-def quiet_guard_errors():
-    """Keep torch from printing its long ERROR log when a guard cannot be built.
-
-    A ``mark_dynamic`` that the code specialises raises ``ConstraintViolationError``; before
-    raising, torch logs the same error with two tracebacks to stderr. The exception itself still
-    reaches the caller; only the duplicate log is silenced, and the logger is restored.
-    """
-    lg = logging.getLogger("torch._guards")
-    level, disabled = lg.level, lg.disabled
-    lg.disabled = True
-    try:
-        yield
-    finally:
-        lg.setLevel(level)
-        lg.disabled = disabled
-
-
 def knob_policies(max_size: int = 32) -> dict[str, dict]:
     """The source's knobs table as ``observe`` keyword sets, in the table's order."""
     return {
@@ -542,24 +523,6 @@ def plot_guard_cost(rows: Sequence[dict]):
 def bench_fn(x: torch.Tensor) -> torch.Tensor:
     """The bench's function: a softmax over the last dimension, scaled by its length."""
     return torch.softmax(x, dim=-1) * x.shape[-1]
-
-
-def parse_shapes(text: str) -> list[tuple[int, int]]:
-    """``"4x16, 8x16"`` -> ``[(4, 16), (8, 16)]``, with a message a learner can act on otherwise."""
-    if not isinstance(text, str):
-        raise TypeError(f"expected text like '4x16, 8x16', got {type(text).__name__}")
-    shapes = []
-    for part in [p.strip() for p in text.replace(";", ",").split(",") if p.strip()]:
-        dims = [d.strip() for d in re.split(r"[x×*]", part.lower())]
-        if len(dims) != 2:
-            raise ValueError(f"{part!r}: write each shape as batch x features, like 4x16")
-        try:
-            b, f = (int(d) for d in dims)
-        except ValueError:
-            raise ValueError(f"{part!r}: sizes must be whole numbers, like 4x16") from None
-        validate_shape((b, f))
-        shapes.append((b, f))
-    return shapes
 
 
 MARK_CHOICES = ("none", "dynamic", "maybe_dynamic", "static")

@@ -306,10 +306,12 @@ CASES = {
 
 
 def case_options() -> list[tuple[str, str]]:
+    """The bench's case dropdown: (label, key) for each case."""
     return [(label, key) for key, (label, _) in CASES.items()]
 
 
 def fix_options(case: str) -> list[tuple[str, str]]:
+    """The bench's fix dropdown for one case: (label, key) for each fix."""
     return [(label, key) for key, label in CASES[case][1].items()]
 
 
