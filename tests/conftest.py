@@ -22,5 +22,20 @@ def no_leaks():
     assert diff == [], f"test leaked state: {diff}"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Start the notebooks first and drive the browser last.
+
+    ``test_course_has_lessons`` asks for the session fixture that starts every selected notebook in
+    background processes, so it goes first; the unit tests run while the notebooks execute; then the
+    notebook tests collect their results; the browser test, which runs kernels of its own, goes last.
+    """
+    def place(item):
+        if item.name == "test_course_has_lessons":
+            return 0
+        return {"test_notebooks.py": 2, "test_browser.py": 3}.get(item.path.name, 1)
+
+    items.sort(key=place)  # stable: within each group, pytest's own order
+
+
 def pytest_report_header(config):
     return f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}"

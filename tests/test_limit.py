@@ -146,20 +146,22 @@ def test_trace_and_tlparse_summary(tmp_path):
         L.trace_summary(tmp_path)
 
 
-def test_bench_run_panes_and_bad_input():
-    panes = L.bench_run(distinct=20, requests=30, limit=3)
+def test_run_bench_panes_and_bad_input():
+    panes = L.run_bench(distinct=20, requests=30, limit=3)
     assert set(panes) == {"compiles", "reasons", "fell back", "latency", "bill"}
-    assert panes["compiles"].startswith("3 compile(s) with the recompile limit at 3")
+    steps = panes["compiles"]
+    assert steps.caption.startswith("3 compile(s) with the recompile limit at 3") and max(steps.values) == 3
+    assert "<svg" in steps._repr_html_()
     assert any("recompile_limit (3)" in r for r in panes["reasons"])
     assert panes["fell back"].startswith("YES") and hasattr(panes["latency"], "savefig")
     with pytest.raises(ValueError, match="at most the maximum length"):
-        L.bench_run(distinct=600)
+        L.run_bench(distinct=600)
     with pytest.raises(TypeError):
-        L.bench_run(limit="8")
+        L.run_bench(limit="8")
 
 
 def test_bench_controls_change_panes():
-    bench = L.make_bench(requests=30)
+    bench = L.build_bench(requests=30)
     assert bench.click(), bench.status.value
     first_compiles, first_reasons = bench.pane_text("compiles"), bench.pane_text("reasons")
     assert "with the recompile limit at 8" in first_compiles and "recompile_limit (8)" in first_reasons

@@ -9,8 +9,8 @@ Who executes what (README, "Development"):
   must pass every check; untouched labs with STRICT=False must fail every check (a check that passes
   on a stub proves nothing).
 Every execution is a subprocess, and they run two at a time ($SHAPELAB_NOTEBOOK_WORKERS; a kernel uses
-about one core), started in collection order by the fixture ``runs`` as soon as the first notebook test
-needs it: only the notebooks whose tests were selected run.
+about one core), started in collection order by the fixture ``runs`` at the start of the session (the
+unit tests run meanwhile): only the notebooks whose tests were selected run.
 Budgets are the hard limits at CI size (lesson 60 s, lab/solution 90 s), asserted on the CPU seconds
 the execution used (the kernel included), which do not grow when other jobs share the machine; the
 wall clock is held to the same limit times the workers and the load (a hang guard, see budget()).
@@ -120,9 +120,12 @@ def run_papermill(path: Path, **parameters) -> Run:
     return Run(code, output, nb, seconds, cpu, checks)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def runs(request):
     """Start every selected notebook execution now, WORKERS at a time, in collection order.
+
+    Session-wide: tests/conftest.py runs ``test_course_has_lessons`` (which asks for this fixture) first,
+    so the notebooks execute in the background while the library's unit tests run in this process.
 
     Yields ``{(kind, path): Future[Run]}`` with kind "lesson", "solution" or "lab".
     """
@@ -170,7 +173,7 @@ def assert_within_budget(path: Path, run: Run) -> None:
                                                f"guard of {wall_limit(folder):.0f} s: stuck?")
 
 
-def test_course_has_lessons():
+def test_course_has_lessons(runs):
     assert LESSONS, "no lesson notebooks found under notebooks/"
     assert LESSONS[0].name.startswith("00_")
 

@@ -9,7 +9,7 @@ does what would drown the page in bookkeeping:
 - the service of section 4: ``TinySeqModel``, ``make_model``, ``request_maker``, ``FIXES``,
   ``fix_policy``, ``serve_fixes`` (one replay per fix), ``reason_kind``, ``diagnose``;
 - ``trace_summary``: tlparse's ``raw.jsonl`` as rows;
-- the lab bench: ``bench_run``, ``make_bench``.
+- the lab bench: ``run_bench``, ``build_bench``.
 
 The lab's graders live in ``l03_limit_lab``.
 """
@@ -33,6 +33,7 @@ from ..instruments.observe import Mark, Observer, Record, short_reason
 from ..instruments.serving import ServeReport, replay
 from ..instruments.timing import Timing, cpu_threads, time_call
 from ..instruments.traffic import DISTRIBUTIONS, request_lengths
+from ..labkit.widgets import Steps
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,7 +347,7 @@ def trace_summary(out_dir: str | os.PathLike) -> TraceSummary:
 _BENCH_MODELS: dict[tuple, TinySeqModel] = {}
 
 
-def bench_run(distinct: int = 40, distribution: str = "lognormal", fix: str = "none", limit: int = 8,
+def run_bench(distinct: int = 40, distribution: str = "lognormal", fix: str = "none", limit: int = 8,
               requests: int = 80, *, max_len: int = 512, width: int = 16, seed: int = 0, staging: int = 3,
               backend: str = "eager") -> dict:
     """One bench run: a service warmed up on ``staging`` lengths, then ``requests`` of production
@@ -371,10 +372,9 @@ def bench_run(distinct: int = 40, distribution: str = "lognormal", fix: str = "n
     served = rec.calls[len(warm):]
     padded = bucketer(fix_policy(fix)["strategy"], max_len, 128)
     in_force = fix_policy(fix, limit=limit, raised_limit=max_len + 1)["recompile_limit"]
-    counts = ", ".join(map(str, rec.counts[:16])) + (", …" if len(rec.counts) > 16 else "")
-    compiles = (f"{rec.count} compile(s) with the recompile limit at {in_force}\n"
-                f"{len(warm)} staging length(s) first, then {len(lengths)} production requests "
-                f"({len(set(lengths))} distinct lengths)\ncounts after each call: {counts}")
+    compiles = Steps(rec.counts, caption=f"{rec.count} compile(s) with the recompile limit at {in_force}\n"
+                     f"{len(warm)} staging length(s) first, then {len(lengths)} production requests "
+                     f"({len(set(lengths))} distinct lengths)")
     # Every failed guard of each recompile, as TORCH_LOGS=recompiles prints them (the order Dynamo checked them).
     reasons = []
     for e in rec.compiles:
@@ -420,12 +420,12 @@ def _latency_figure(calls, title: str):
     return fig
 
 
-def make_bench(*, max_len: int = 512, width: int = 16, seed: int = 0, backend: str = "eager", requests: int = 80):
-    """The lesson's lab bench: traffic controls, the fix, the limit; panes from ``bench_run``."""
+def build_bench(*, max_len: int = 512, width: int = 16, seed: int = 0, backend: str = "eager", requests: int = 80):
+    """The lesson's lab bench: traffic controls, the fix, the limit; panes from ``run_bench``."""
     from ..labkit.widgets import LabBench, dropdown, int_slider
 
     def run(distinct, distribution, fix, limit, requests):
-        return bench_run(distinct, distribution, fix, limit, requests, max_len=max_len, width=width, seed=seed,
+        return run_bench(distinct, distribution, fix, limit, requests, max_len=max_len, width=width, seed=seed,
                          backend=backend)
 
     return LabBench(

@@ -335,7 +335,7 @@ def allocator_experiment(lengths: Sequence[int], max_len: int, strategy: str, k:
 
 # --- the lab bench -------------------------------------------------------------------------------
 
-BENCH_STRATEGIES = [(label(s), s) for s in STRATEGIES]
+BENCH_STRATEGIES = [(LABELS[s], s) for s in STRATEGIES]  # the bench has its own k slider: "multiples of k"
 
 
 def run_bench(max_len: int, strategy: str, k: int, distribution: str, requests: int, seed: int = 0) -> dict:

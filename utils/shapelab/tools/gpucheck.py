@@ -81,6 +81,7 @@ def no_gpu_line(lessons: int | None = None) -> str:
 
 
 def gpu_available() -> bool:
+    """Whether PyTorch sees a CUDA GPU (imports torch only when asked)."""
     import torch
 
     return torch.cuda.is_available()
@@ -135,14 +136,17 @@ def _close(a, b) -> bool:
 
 
 def pointwise(x):
+    """The elementwise chain compiled static and dynamic (lesson 01's kind of kernel)."""
     return (x.sin() * 2 + x.cos()).relu()
 
 
 def matmul(a, b):
+    """A matrix multiply with an epilogue: the GEMM template's static and dynamic kernels."""
     return (a @ b).relu()
 
 
 def check_triton_pointwise(out: Path, check: Check) -> None:
+    """Static and dynamic Triton kernels for ``pointwise``: counts as on the CPU, code saved under ``out``."""
     import torch
 
     sizes = (1000, 2048, 4096)
@@ -163,6 +167,7 @@ def check_triton_pointwise(out: Path, check: Check) -> None:
 
 
 def check_triton_matmul(out: Path, check: Check) -> None:
+    """Static and dynamic Triton kernels for ``matmul`` over several row counts, code saved under ``out``."""
     import torch
 
     rows, k, n = (64, 96, 256), 256, 256
@@ -193,6 +198,7 @@ def check_triton_matmul(out: Path, check: Check) -> None:
 
 
 def check_cuda_graphs(out: Path, check: Check) -> None:
+    """CUDA-graph capture per size (``mode="reduce-overhead"``) and lesson 05's capture and host-sync checks."""
     import torch
     from torch._dynamo.utils import counters
 
@@ -232,6 +238,7 @@ def check_cuda_graphs(out: Path, check: Check) -> None:
 
 
 def check_allocator(out: Path, check: Check) -> None:
+    """Lesson 04's allocator experiment: reserved memory under exact shapes against buckets."""
     import random
 
     from ..lessons import l04_buckets as l04
@@ -365,6 +372,7 @@ def run_lessons(out: Path, deadline: float, log: Callable[[str], None], only: Se
 # --- command line ----------------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: one line and status 0 without a GPU; otherwise every check, then the report."""
     p = argparse.ArgumentParser(prog="python -m shapelab.tools.gpucheck",
                                 description="Run every GPU path of the course once and write a report to OUT_DIR.")
     p.add_argument("out", metavar="OUT_DIR", help="folder for report.md, executed notebooks and generated code")

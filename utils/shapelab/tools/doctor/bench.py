@@ -31,7 +31,7 @@ def run_bench(workloads: dict[str, tuple], workload: str, calls: int = 8, spread
     counts = "\n".join(f"{r.label}: {r.counts}" for r in d.runs)
     return {
         "causes": d.table() if d.causes else "no recompile and no graph break: nothing to fix",
-        "prescription": "<pre>" + "\n\n".join(f"# {p.where}\n{p.code}" for p in d.prescriptions) + "</pre>"
+        "prescription": "\n\n".join(f"# {p.where}\n{p.code}" for p in d.prescriptions)
         if d.prescriptions else "(nothing to change)",
         "proof": d.proof_table(),
         "counts": counts,
