@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import ipywidgets as W
 
-from ..instruments.display import html_table
+from ..instruments.display import fmt_shape, html_table
 from ..instruments.observe import Record, short_reason
 
 BUSY = "Running… (a compile can take a few seconds)"
@@ -296,10 +296,22 @@ def record_panes(record: Record) -> dict:
                               caption=compiles + "\ncounts after each call:")
     return {
         "compiles": compiles_pane,
-        "reasons": [f"#{e.number} (call {e.call}): {short_reason(e.reason)}" for e in record.compiles if e.reason] or "(no recompiles)",
+        "reasons": failed_guard_lines(record) or "(no recompiles)",
         "guards": (last.guards if last and last.guards else "(no size guards)"),
-        "shapes": [f"#{e.number}: " + ", ".join(str(s) for s in e.shapes) for e in record.compiles] or "(nothing compiled)",
+        "shapes": [f"#{e.number}: {fmt_shape(*e.shapes)}" for e in record.compiles] or "(nothing compiled)",
     }
+
+
+def failed_guard_lines(record: Record) -> list[str]:
+    """Each recompile with every cached graph's failed guard, in the order Dynamo checked them, as
+    ``TORCH_LOGS=recompiles`` prints them; the one the course names the cause (``observe.cause_of``) is marked."""
+    lines = []
+    for e in record.compiles:
+        if e.failures:
+            lines.append(f"#{e.number} (call {e.call}), {len(e.failures)} cached graph(s) failed:")
+            lines += [f"    graph {short_reason(f, keep_id=True)}" + ("   <- the cause" if f == e.reason else "")
+                      for f in e.failures]
+    return lines
 
 
 def _same(a, b) -> bool:

@@ -33,7 +33,7 @@ from ..instruments.observe import Mark, Observer, Record, short_reason
 from ..instruments.serving import ServeReport, replay
 from ..instruments.timing import Timing, cpu_threads, time_call
 from ..instruments.traffic import DISTRIBUTIONS, request_lengths
-from ..labkit.widgets import Steps
+from ..labkit.widgets import Steps, failed_guard_lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -376,11 +376,7 @@ def run_bench(distinct: int = 40, distribution: str = "lognormal", fix: str = "n
                      f"{len(warm)} staging length(s) first, then {len(lengths)} production requests "
                      f"({len(set(lengths))} distinct lengths)")
     # Every failed guard of each recompile, as TORCH_LOGS=recompiles prints them (the order Dynamo checked them).
-    reasons = []
-    for e in rec.compiles:
-        if e.failures:
-            reasons.append(f"#{e.number} (call {e.call}, graph {e.compile_id}), {len(e.failures)} failed guard(s):")
-            reasons += [f"    {line}" for line in e.failed_guards]
+    reasons = failed_guard_lines(rec)
     reasons += [f"WARNING {w.splitlines()[0]}" for w in rec.warnings[:1]]
     fell = [c for c in served if c.fell_back]
     if fell:
