@@ -69,7 +69,7 @@ def test_a_clamped_control_is_named_in_the_status_line():
     assert "Adjusted: 'features': 999 is outside 1..8, so it was set to 8" in bench.status.value
     assert bench.click() and bench.status.value == DONE  # said once, not forever
     bench.controls["feature"].value = 1  # as the front end sends a clamped typed value: only the bound is seen
-    assert bench.click() and "'features' is at its minimum (1); a smaller value typed there is clamped" in bench.status.value
+    assert bench.click() and "'features' is at its minimum (1): the slider clamps anything typed below it to 1" in bench.status.value
 
 
 def test_a_pane_showing_a_table_takes_the_full_row():

@@ -207,8 +207,9 @@ class LabBench:
                 if any(note.startswith(_label(w, k) + ":") for note in self._adjusted):
                     continue
                 edge = "maximum" if w.value == hi else "minimum"
-                beyond = "larger" if edge == "maximum" else "smaller"
-                notes.append(f"{_label(w, k)} is at its {edge} ({w.value!r}); a {beyond} value typed there is clamped to it")
+                beyond = "above it" if edge == "maximum" else "below it"
+                notes.append(f"{_label(w, k)} is at its {edge} ({w.value!r}): the slider clamps anything typed {beyond} "
+                             f"to {w.value!r}, so check it is the value you meant")
         return notes
 
     def click(self) -> bool:
