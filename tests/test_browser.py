@@ -280,19 +280,27 @@ def test_bench_in_jupyterlab(notebook, browser, lab_server):
         if os.environ.get("CI") == "true":
             pytest.fail(str(e))
         pytest.skip(str(e))
-    errors: list[str] = []
-    page = browser.new_page(viewport=VIEWPORT)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.set_default_timeout(120_000)
-    try:
-        _drive(page, spec, base, token, copy, errors)
-    except Exception:
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SHOTS / f"{notebook.stem}-FAILED.png"), full_page=True)
-        raise
-    finally:
-        page.close()
-        _shutdown_kernels(base, token)
+    # A defect (an untagged cell, a wrong pane) fails every time; JupyterLab's own start-up can trip a
+    # first attempt on a loaded machine (seen once in CI: a kernel restarted under Run All). So a failure
+    # is tried once more on a fresh page and kernel, and a second failure reports both.
+    first_failure = None
+    for attempt in (1, 2):
+        errors: list[str] = []
+        page = browser.new_page(viewport=VIEWPORT)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.set_default_timeout(120_000)
+        try:
+            _drive(page, spec, base, token, copy, errors)
+            return
+        except (Exception, pytest.fail.Exception) as e:
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / f"{notebook.stem}-FAILED-{attempt}.png"), full_page=True)
+            if first_failure is not None:
+                raise AssertionError(f"failed twice; the first attempt: {first_failure}") from e
+            first_failure = f"{type(e).__name__}: {str(e)[:600]}"
+        finally:
+            page.close()
+            _shutdown_kernels(base, token)
 
 
 def _shutdown_kernels(base: str, token: str) -> None:
@@ -339,8 +347,20 @@ def _drive(page, spec: BenchSpec, base: str, token: str, copy: Path, errors: lis
     dialog_button = page.locator(".jp-Dialog button.jp-mod-accept")
     idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
     dialog_button.or_(idle).first.wait_for(timeout=60_000)
-    if dialog_button.count():
-        dialog_button.first.click()
+    # Settle: the kernel idle and no dialog for two seconds in a row (a dialog can open after the kernel
+    # first showed idle, and accepting it starts the kernel again: cells run before that would be lost).
+    calm_since, deadline = None, time.time() + 60
+    while time.time() < deadline:
+        if dialog_button.count():
+            dialog_button.first.click()
+            calm_since = None
+        elif idle.count():
+            calm_since = calm_since or time.time()
+            if time.time() - calm_since >= 2:
+                break
+        else:
+            calm_since = None
+        time.sleep(0.25)
     idle.first.wait_for(timeout=60_000)
 
     # Run all cells from the menu, as a learner would. A kernel that shows idle before the page has
