@@ -13,7 +13,7 @@ about one core), started in collection order by the fixture ``runs`` at the star
 unit tests run meanwhile): only the notebooks whose tests were selected run.
 Budgets are the hard limits at CI size (lesson 60 s, lab/solution 90 s), asserted on the CPU seconds
 the execution used (the kernel included), which do not grow when other jobs share the machine; the
-wall clock is held to the same limit times the workers and the load (a hang guard, see budget()).
+wall clock is held to the same limit times the workers and the load (a hang guard, see wall_limit()).
 """
 import json
 import os
@@ -44,20 +44,6 @@ WORKERS = int(os.environ.get("SHAPELAB_NOTEBOOK_WORKERS", min(2, os.cpu_count() 
 
 def _id(path: Path) -> str:
     return f"{path.parent.name}/{path.name}"
-
-
-def budget(folder: str) -> float:
-    """The hard time limit for a notebook of ``folder``, scaled by the load when the machine is shared.
-
-    The limits hold for 2 quiet cores. With a 1-minute load average above the core count (several
-    engineers or CI jobs on one machine) every notebook takes longer in proportion, so the limit is
-    multiplied by load / cores; $SHAPELAB_BUDGET_FACTOR sets the factor by hand.
-    """
-    factor = os.environ.get("SHAPELAB_BUDGET_FACTOR")
-    if factor is None:
-        load, cores = os.getloadavg()[0], os.cpu_count() or 1
-        factor = max(1.0, load / cores)
-    return BUDGET_S[folder] * float(factor)
 
 
 TIMINGS = ROOT / "test-artifacts" / "timings.jsonl"
@@ -162,7 +148,7 @@ def wall_limit(folder: str) -> float:
     if factor is None:
         load, cores = os.getloadavg()[0], os.cpu_count() or 1
         factor = max(1.0, load / cores)
-    return BUDGET_S[folder] * max(1, WORKERS) * float(factor)
+    return budget(folder) * max(1, WORKERS) * float(factor)
 
 
 def assert_within_budget(path: Path, run: Run) -> None:
