@@ -56,6 +56,7 @@ class BenchSpec:
 
     steps: tuple[Step, ...]
     expect: tuple[str, ...]  # texts that must appear in the bench after Run
+    first: tuple[str, ...] = ()  # texts the bench's first run (Run All, default controls) must show
 
 
 def _lesson00_spec() -> BenchSpec:
@@ -76,9 +77,11 @@ def _lesson05_spec() -> BenchSpec:
 
 
 def _lesson02_spec() -> BenchSpec:
-    # Warming up on batch 1 instead of 16 compiles batch 1's graph up front.
-    return BenchSpec(steps=(Step("type", "warm-up batches", "8, 1"),),
-                     expect=("2 compile(s) over 8 call(s)", "size mismatch at index 0. expected 8, actual 1"))
+    # Warming up on batch 1 instead of 16 compiles batch 1's graph up front; then batch 0, typed on purpose
+    # into the serve-batch box (a slider's track had no room at 1280 x 800), fails both graphs and compiles.
+    return BenchSpec(steps=(Step("type", "warm-up batches", "8, 1"), Step("type", "serve batch (0 and 1 are special)", "0")),
+                     expect=("3 compile(s) over 8 call(s)", "size mismatch at index 0. expected 8, actual 1",
+                             "expected 1, actual 0"))
 
 
 def _lesson01_spec() -> BenchSpec:
@@ -99,10 +102,44 @@ def _lesson03_spec() -> BenchSpec:
                      expect=("3 compile(s) with the recompile limit at 3", "hit config.recompile_limit (3)"))
 
 
+def lesson06_ragged_figure() -> str:
+    """Lesson 06's figure for the ragged last batch, from torch: batches of 32, 32, 32 and 7 from a DataLoader
+    (a fresh tensor per batch) for two epochs, default torch.compile; which graph ran each batch."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    graphs, ran = [], []
+
+    def backend(gm, example_inputs):  # counts graphs and notes which one ran, as the lesson's Tracker does
+        number = len(graphs) + 1
+        graphs.append(number)
+
+        def run(*args):
+            ran.append(number)
+            return gm.forward(*args)
+        return run
+
+    torch.compiler.reset()
+    try:
+        data = TensorDataset(torch.randn(3 * 32 + 7, 16, generator=torch.Generator().manual_seed(0)))
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+        compiled = torch.compile(model, backend=backend)
+        with torch.no_grad():
+            for _epoch in range(2):
+                for (x,) in DataLoader(data, batch_size=32):
+                    compiled(x)
+    finally:
+        torch.compiler.reset()
+    return "graph that ran each call: [" + ", ".join(f"#{n}" for n in ran) + "]"
+
+
 def _lesson06_spec() -> BenchSpec:
-    # An int step counter on the module: one graph per value until the limit, then eager calls.
+    # First run (the default case): the ragged last batch as the lesson feeds it, so the bench shows the lesson's
+    # figure, the dynamic graph serving epoch 2's full batches. Then an int step counter on the module: one graph
+    # per value until the limit, then eager calls.
     return BenchSpec(steps=(Step("select", "case", "an int step counter on the module, read in forward"),),
-                     expect=("8 compile(s) over 10 call(s)", "self.step == 0", "calls that ran eagerly: [8, 9]"))
+                     expect=("8 compile(s) over 10 call(s)", "self.step == 0", "calls that ran eagerly: [8, 9]"),
+                     first=(lesson06_ragged_figure(), "2 compile(s) over 8 call(s)"))
 
 
 def _lesson07_spec() -> BenchSpec:
@@ -384,6 +421,12 @@ def _drive(page, spec: BenchSpec, base: str, token: str, copy: Path, errors: lis
     status = _status(bench).filter(has_text=re.compile("Done|Error")).first
     status.wait_for(timeout=180_000)
     assert "Error" not in status.inner_text(), f"the bench's first run failed: {status.inner_text()}"
+    if spec.first:
+        text = bench.inner_text()
+        missing = [t for t in spec.first if t not in text]
+        assert not missing, f"the bench's first run does not show {missing}; it shows:\n{text[:1500]}"
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        bench.screenshot(path=str(SHOTS / f"{copy.stem}-first-run.png"))
 
     for step in spec.steps:
         _do(page, step)

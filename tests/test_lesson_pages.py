@@ -28,7 +28,7 @@ SUBJECT = {
     "03": ["recompile_limit", "counters", "logging.Handler", "fail_on_recompile_limit_hit", "set_stance("],
     "04": ["torch.compile(", "dynamic=False", "CompileCounter"],
     "05": ["explain(", "capture_scalar_outputs", "torch._check("],
-    "06": ["set_stance(", "mark_static(", "mark_unbacked(", "torch._check(", "isolate_recompiles"],
+    "06": ["set_stance(", "mark_static(", "mark_unbacked(", "isolate_recompiles"],
     "07": ["diagnose(", "CompileCounter", "mark_dynamic("],
 }
 

@@ -35,11 +35,12 @@ def test_tables_render_as_html_and_text():
 
 
 def test_record_rows_summary_and_html():
-    rec = observe(lambda x: x.cos(), batches([4, 8, 1], 2))
+    rec = observe(lambda x: x.cos(), batches([4, 8, 1, 16], 2))
     rows = rec.rows()
-    assert [r["compiles"] for r in rows] == [1, 2, 3]
-    assert rows[1]["reason"].startswith("0/0: tensor 'x' size mismatch") and rows[0]["ran"] == "compiled"
-    assert rec.summary().startswith("3 compile(s) over 3 call(s)")
+    assert [r["compiles"] for r in rows] == [1, 2, 3, 3]
+    assert rows[1]["reason"].startswith("0/0: tensor 'x' size mismatch") and rows[0]["ran"] == "a new graph"
+    assert rows[3]["ran"] == "a cached graph"  # a call that reused a graph does not read as compiled
+    assert rec.summary().startswith("3 compile(s) over 4 call(s)")
     assert "<table>" in rec._repr_html_()
     assert rec.reasons == [e.reason for e in rec.compiles[1:]]
 

@@ -284,7 +284,7 @@ def test_check_fixed_shape_rejects_wrong_answers():
     # a typed-in threshold: right on 0.5, wrong elsewhere
     _assert_rejected(L.check_fixed_shape(lambda x, s, t: normalise_dense(x, s, 0.5)), "threshold")
     # calling the lab's own reference
-    _assert_rejected(L.check_fixed_shape(lambda x, s, t: L._normalise_kept(x, s, t)), "reference")
+    _assert_rejected(L.check_fixed_shape(lambda x, s, t: L._normalise_kept(x, s, t)), "shortcut")
 
 
 def _first_four_checked(x, scores):
@@ -339,7 +339,7 @@ def test_check_promise_rejects_wrong_answers():
     _assert_rejected(L.check_promise(break_first, THRESHOLD, 4), "did not compile")
     skipped = torch.compiler.disable(no_promise)
     _assert_rejected(L.check_promise(lambda x, s: skipped(x, s), THRESHOLD, 4), "did not compile")
-    _assert_rejected(L.check_promise(lambda x, s: L._first_four(x, s, THRESHOLD), THRESHOLD, 4), "reference")
+    _assert_rejected(L.check_promise(lambda x, s: L._first_four(x, s, THRESHOLD), THRESHOLD, 4), "shortcut")
 
 
 def moe_confident_first(x, gate_w, w, capacity_factor):
@@ -385,7 +385,7 @@ def test_check_moe_rejects_wrong_answers():
 
     _assert_rejected(L.check_moe(with_nonzero, route, capacity), "unbacked")
     _assert_rejected(L.check_moe(lambda x, g, w, f: L._moe_reference(x, g, w, f, route, capacity)[0], route, capacity),
-                     "reference")
+                     "shortcut")
 
 
 def choose_factor(routes, experts, factors, budget):
@@ -437,7 +437,7 @@ def test_check_choose_factor_rejects_wrong_answers():
     _assert_rejected(L.check_choose_factor(typed_in, capacity))
     _assert_rejected(L.check_choose_factor(worst_batch, capacity), "smaller factor")
     _assert_rejected(L.check_choose_factor(no_share, capacity), "pair")
-    _assert_rejected(L.check_choose_factor(shortcut, capacity), "reference")
+    _assert_rejected(L.check_choose_factor(shortcut, capacity), "shortcut")
     # messages name the learner's own factor at most, never the right one
     for wrong in (unsorted, worst_batch):
         ok, msg = L.check_choose_factor(wrong, capacity)

@@ -271,6 +271,41 @@ def giveaway_headings(nb) -> list[str]:
     return problems
 
 
+GUARD_LINE = re.compile(r"(?<![\w/])(\d+/\d+): (.+?)(?=\s{2,}#|\s*$)", re.M)
+
+
+def _guard_lines(text: str) -> set[str]:
+    """Failed-guard lines as torch's recompile log and the course print them (``0/1: 2 <= x.size()[0]``)."""
+    return {f"{gid}: {' '.join(guard.split())}" for gid, guard in GUARD_LINE.findall(text)}
+
+
+ASKS_ABOUT_GUARDS = re.compile(r"\bguards?\b|\breasons?\b", re.I)
+
+
+def giveaway_guard_lines(nb) -> list[str]:
+    """Prompts that ask about guards or reasons, and whose experiment prints only failed-guard lines that an output above the prompt already showed.
+
+    The experiment is the first code cell after the prompt that is not a ``predicted = ...`` cell. When every
+    guard line it prints (``0/2: tensor 'x' size mismatch ... expected 1, actual 0``) was printed above the
+    prompt already (torch's own log, usually), the learner can read the answer off instead of reasoning it out.
+    """
+    problems, seen = [], set()
+    cells = nb.cells
+    for i, cell in enumerate(cells):
+        if cell.cell_type == "code":
+            seen |= _guard_lines(_printed_text(cell))
+            continue
+        if not cell.source.lstrip().startswith(PREDICT_PROMPT) or not ASKS_ABOUT_GUARDS.search(cell.source):
+            continue
+        experiment = next((j for j in range(i + 1, len(cells))
+                           if cells[j].cell_type == "code" and not _is_predicted_cell(cells[j])), None)
+        shown = _guard_lines(_printed_text(cells[experiment])) if experiment is not None else set()
+        if shown and shown <= seen:
+            problems.append(f"cell {i}: every failed guard the experiment in cell {experiment} prints was printed "
+                            f"above the prompt already: {sorted(shown)[:3]}")
+    return problems
+
+
 @pytest.mark.parametrize("path", LESSONS, ids=_id)
 def test_lesson_executes_under_nbval(path, runs):
     run = _result(runs, "lesson", path)
@@ -291,6 +326,8 @@ def test_lesson_executes_under_nbval(path, runs):
     assert claims, f"{_id(path)} saved no claims ledger rows (S.Ledger(...).save(); DESIGN.md, 'Anatomy of a lesson')"
     problems = giveaway_headings(nb)
     assert not problems, f"{_id(path)}: a heading gives away a prediction's answer:\n" + "\n".join(problems)
+    problems = giveaway_guard_lines(nb)
+    assert not problems, f"{_id(path)}: an output above a prompt gives away its answer:\n" + "\n".join(problems)
 
 
 def test_nbval_run_injects_parameters_and_keeps_outputs_and_failures(tmp_path):
@@ -320,6 +357,26 @@ def test_giveaway_headings_finds_a_measured_figure_in_a_heading():
     nb.cells[2].source = "## 2. The cache holds 3 graphs"
     problems = giveaway_headings(nb)
     assert len(problems) == 1 and "shows 3" in problems[0] and "cell 2" in problems[0], problems
+
+
+def test_giveaway_guard_lines_finds_a_log_above_the_prompt_that_answers_it():
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    out = lambda text: [nbformat.v4.new_output("stream", name="stderr", text=text)]  # noqa: E731
+    log = ("[__recompiles]     - 0/2: tensor 'x' size mismatch at index 0. expected 1, actual 0\n"
+           "[__recompiles]     - 0/1: 2 <= x.size()[0]  # return (x * 2)  # in head\n")
+    answer = "graph 0/2: tensor 'x' size mismatch at index 0. expected 1, actual 0\ngraph 0/1: 2 <= x.size()[0]\n"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [code("run()", outputs=out(log)), md("> **Predict first.** Which guards fail?"), code("predicted = ..."),
+                code("show()", outputs=out(answer))]
+    problems = giveaway_guard_lines(nb)
+    assert len(problems) == 1 and "cell 1" in problems[0] and "cell 3" in problems[0], problems
+    nb.cells[1].source = "> **Predict first.** Does any call raise?"  # a question about something else
+    assert giveaway_guard_lines(nb) == []
+    nb.cells[1].source = "> **Predict first.** Which guards fail?"
+    nb.cells[0].outputs = out(log.splitlines()[0] + "\n")  # one of the two lines only: the rest is news
+    assert giveaway_guard_lines(nb) == []
+    nb.cells = nb.cells[1:] + [code("run()", outputs=out(log))]  # the log after the prompt: a real question
+    assert giveaway_guard_lines(nb) == []
 
 
 def _checks_of(runs: dict, kind: str, path: Path) -> list[dict]:

@@ -3,7 +3,7 @@ import time
 import pytest
 import torch
 
-from shapelab import Timing, batches, validate_count, validate_shape, cpu_threads, fmt_seconds, make_tensor, parse_sizes, pick_device, time_call, time_first_call
+from shapelab import Timing, batches, validate_count, validate_shape, cpu_threads, fmt_seconds, make_tensor, parse_sizes, pick_device, time_call, time_first_call, time_warm
 from shapelab.instruments.device import device_note
 
 
@@ -21,6 +21,20 @@ def test_time_call_warms_up_then_repeats():
     assert 0.0015 < t.median < 0.05
     with pytest.raises(ValueError):
         time_call(lambda: None, repeats=0)
+
+
+def test_time_warm_is_torch_timer_median_and_iqr():
+    """time_warm is torch.utils.benchmark.Timer's blocked_autorange: blocks of calls, median and IQR per call,
+    the thread count set while timing and restored after."""
+    before = torch.get_num_threads()
+    seen = []
+    t = time_warm(lambda: (seen.append(torch.get_num_threads()), time.sleep(0.002)), min_run_time=0.05, threads=1)
+    assert set(seen) == {1} and torch.get_num_threads() == before
+    assert len(t.samples) >= 2 and t.runs > len(t.samples)  # several blocks, each of several calls
+    assert 0.0015 < t.median < 0.05 and t.spread >= 0
+    assert f"{t.runs} calls" in str(t)
+    with pytest.raises(ValueError, match="min_run_time"):
+        time_warm(lambda: None, min_run_time=0)
 
 
 def test_time_first_call_includes_compile():

@@ -23,7 +23,7 @@ _EXPORTS = {
     "instruments.logs": ["capture_logs"],
     "instruments.observe": ["BACKENDS", "ExperimentError", "Mark", "Observer", "Record", "observe", "short_reason"],
     "instruments.serving": ["ServeReport", "replay"],
-    "instruments.timing": ["Timing", "cpu_threads", "fmt_seconds", "time_call", "time_first_call"],
+    "instruments.timing": ["Timing", "cpu_threads", "fmt_seconds", "time_call", "time_first_call", "time_warm"],
     "instruments.traffic": ["request_lengths"],
     "tools.doctor": ["diagnose", "diagnose_trace", "Call"],
 }

@@ -6,6 +6,7 @@ also writes the sentence that tells the learner what changed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import warnings
 from typing import Callable
@@ -150,7 +151,9 @@ def recompile_failures(record: Callable[[str, list[str]], None]):
     (``"0/1: tensor 'x' size mismatch at index 1. expected 16, actual 32"``); that list is what
     ``TORCH_LOGS=recompiles`` prints, but its compile metrics keep only the first. 2.11-2.14 compute
     it in ``convert_frame.get_and_maybe_log_recompilation_reasons``, inside the new compile's context.
-    A release without that function yields without recording (the metrics' first reason remains).
+    The list recorded is a ``FailureList``: its ``every`` holds, per cached graph, every guard the call
+    failed (``every_failed_guard``), which is what ``observe.cause_of`` needs to find the graph that
+    would have served the call. A release without that function yields without recording.
     """
     from torch._dynamo import convert_frame
 
@@ -159,11 +162,19 @@ def recompile_failures(record: Callable[[str, list[str]], None]):
         yield
         return
 
-    def wrapper(*args, **kwargs):
-        reasons = original(*args, **kwargs)
+    def wrapper(cache_entries, frame, *args, **kwargs):
+        reasons = original(cache_entries, frame, *args, **kwargs)
         compile_id = torch._guards.CompileContext.current_compile_id()
-        if compile_id is not None and not kwargs.get("skip_logging"):
-            record(str(compile_id), list(reasons))
+        skip = kwargs.get("skip_logging", args[1] if len(args) > 1 else False)
+        if compile_id is not None and not skip:
+            every = []
+            for entry, reason in zip(cache_entries, reasons):
+                first = _strip(re.sub(r"^\d+/\d+: ", "", reason).split("\nUser stack")[0])
+                found = every_failed_guard(entry.guard_manager, frame.f_locals)
+                if "Duplicate tensor" in first or not found:
+                    found = [first] + found  # aliasing is relational: only torch's own check tells it
+                every.append(found)
+            record(str(compile_id), FailureList(reasons, every))
         return reasons
 
     convert_frame.get_and_maybe_log_recompilation_reasons = wrapper
@@ -171,3 +182,129 @@ def recompile_failures(record: Callable[[str, list[str]], None]):
         yield
     finally:
         convert_frame.get_and_maybe_log_recompilation_reasons = original
+
+
+# --- every failed guard of every cached graph ----------------------------------------------------
+
+class FailureList(list):
+    """Torch's failure list for one recompile (one string per cached graph, its first failed guard, in
+    Dynamo's checking order), with ``every``: for each of those graphs, every guard of it the call failed."""
+
+    every: list[list[str]]
+
+    def __init__(self, reasons, every=None):
+        super().__init__(reasons)
+        self.every = every if every is not None else [[] for _ in reasons]
+
+
+_TENSOR_MATCH = re.compile(r"check_tensor\((?P<src>.+?), \w+, DispatchKeySet\([^)]*\), (?P<dtype>torch\.\w+), "
+                           r"device=(?P<device>[^,]+), requires_grad=(?P<rg>\w+), size=\[(?P<size>[^\]]*)\], "
+                           r"stride=\[(?P<stride>[^\]]*)\]\)")
+
+
+def _strip(text: str) -> str:
+    from torch._dynamo.guards import strip_local_scope
+
+    return strip_local_scope(text.split("  #")[0].strip())
+
+
+def _user_location(part: str) -> str:
+    """``  # model.py:12 in forward``: where in the user's code a shape guard came from, if torch says."""
+    for m in re.finditer(r"#\s+([^#()]+?:\d+ in \w+)", part):
+        if "_dynamo/" not in m.group(1) and "torch/" not in m.group(1):
+            return f"  # {m.group(1).strip()}"
+    return ""
+
+
+def _tensor_mismatches(part: str, t) -> list[str]:
+    """A failed TENSOR_MATCH, in torch's words: each size that differs, else the first stride, dtype, grad."""
+    m = _TENSOR_MATCH.search(part)
+    if not m or not isinstance(t, torch.Tensor):
+        return [_strip(part)]
+    name = _strip(m.group("src"))
+    out = []
+    if str(t.dtype) != m.group("dtype"):
+        out.append(f"tensor '{name}' dtype mismatch. expected {m.group('dtype')}, actual {t.dtype}")
+    if str(t.requires_grad) != m.group("rg"):
+        out.append(f"tensor '{name}' requires_grad mismatch. expected requires_grad={int(m.group('rg') == 'True')}")
+    want = [None if s.strip() == "None" else int(s) for s in m.group("size").split(",") if s.strip()]
+    if len(want) != t.dim():
+        return out + [f"tensor '{name}' rank mismatch. expected {len(want)}, actual {t.dim()}"]
+    sizes = [f"tensor '{name}' size mismatch at index {i}. expected {w}, actual {a}"
+             for i, (w, a) in enumerate(zip(want, t.shape)) if w is not None and w != a]
+    if sizes:
+        return out + sizes  # strides follow the sizes: only the sizes are the news
+    strides = [None if s.strip() == "None" else int(s) for s in m.group("stride").split(",") if s.strip()]
+    for i, (w, a) in enumerate(zip(strides, t.stride())):
+        if w is not None and w != a:
+            out.append(f"tensor '{name}' stride mismatch at index {i}. expected {w}, actual {a}")
+            break
+    return out or [f"tensor '{name}' device or dispatch keys mismatch"]
+
+
+def every_failed_guard(guard_manager, f_locals: dict) -> list[str]:
+    """Every guard of one cached graph that fails for the frame locals ``f_locals``, in torch's wording.
+
+    Torch reports only the first failed guard of each cached graph; to find the graph that would have
+    served a call (the one that fails least) we walk its whole guard tree: each leaf evaluated on the
+    value its source names, then the shape guards checked last. Returns [] if the walk cannot be done.
+    """
+    root = getattr(guard_manager, "root", None)
+    if root is None or getattr(guard_manager, "global_scope", None) is None:
+        return []
+    scope = {"L": f_locals, "G": guard_manager.global_scope["G"], **(guard_manager.closure_vars or {})}
+    glob = dict(guard_manager.global_scope)
+
+    def holds(part: str) -> bool | str:
+        try:
+            value = eval(part, glob, scope)
+        except Exception:
+            return False
+        return value if isinstance(value, str) else bool(value)
+
+    def leaf_failures(leaf, value) -> list[str]:
+        parts = leaf.verbose_code_parts()
+        if parts and parts[0].startswith("check_tensor("):
+            return _tensor_mismatches(parts[0], value)
+        if parts and parts[0].startswith("___check_global_state"):
+            try:
+                return [f"GLOBAL_STATE changed: {leaf.check_verbose(value).verbose_code_parts[0]}"]
+            except Exception:
+                return ["GLOBAL_STATE changed"]
+        failed = [p for p in parts if holds(p) is not True]
+        return [_strip(p if isinstance(holds(p), bool) else holds(p)) for p in failed[:1]] or [_strip(p) for p in parts[:1]]
+
+    def walk(manager, value) -> list[str]:
+        out: list[str] = []
+        for leaf in manager.get_leaf_guards():
+            if leaf.verbose_code_parts()[:1] and leaf.verbose_code_parts()[0].startswith(_RELATIONAL):
+                continue  # relational guards keep state across leaves: torch's own first reason reports them
+            try:
+                ok = leaf(value)
+            except Exception:
+                ok = False
+            if not ok:
+                out += leaf_failures(leaf, value)
+        for child in manager.get_child_managers():
+            try:
+                child_value = eval(_compiled(child.get_source()), glob, scope)
+            except Exception:  # a source we cannot evaluate: its guards are not counted
+                continue
+            out += walk(child, child_value)
+        return out
+
+    try:
+        failed = walk(root, f_locals)
+        for leaf in root.get_epilogue_lambda_guards():
+            failed += [_strip(p) + _user_location(p) for p in leaf.verbose_code_parts() if holds(p) is not True]
+    except Exception:
+        return []
+    return failed
+
+
+_RELATIONAL = ("check_no_aliasing", "___check_obj_aliasing", "check_overlapping", "___check_overlapping")
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(source: str):
+    return compile(source, "<guard source>", "eval")

@@ -103,18 +103,49 @@ class CompileEvent:
         return [f"graph {short_reason(f, keep_id=True)}" for f in self.failures]
 
 
-def cause_of(failures: Sequence[str], dynamic_ids: set[str]) -> str | None:
-    """Which failed guard to call the cause of a recompile.
+def cause_of(failures: Sequence[str], dynamic_ids: set[str] = frozenset()) -> str | None:
+    """Which failed guard(s) to call the cause of a recompile: those of the graph that would have served it.
 
-    Dynamo checks the cached graphs most recently used first and its compile metrics keep the first
-    failure, which is often a specialised graph (batch 1) that the call was never going to use. The
-    cause we name is the failure of the first *dynamic* graph Dynamo checked, the one that would have
-    served the call had the guard held; with no dynamic graph cached, it is the first failure.
+    ``failures`` is one entry per cached graph, in Dynamo's checking order (most recently used first),
+    as ``compat.recompile_failures`` records them (``0/1: <guard>``). The graph that would have served
+    the call is the one whose guards fail least: with a ``FailureList`` (a live run) every failed guard
+    of every graph is known; from plain strings (a trace) each graph counts the guards its string lists
+    (``; ``-joined). A size change seen in several tensors (``expected 5, actual 7`` in a cache's keys
+    and values) counts once: duck sizing gives them one symbol. Ties go to the graph with fewer size mismatches (its sizes fit: a stride, a value
+    or a 0/1 guard failed), then to a graph with a symbol (``dynamic_ids``), then to Dynamo's order.
+    Returns ``"<id>: <guard>"``, torch's own string when one guard failed, else ``"<id>: <g1>; <g2>"``.
     """
-    for f in failures:
-        if f.split(":", 1)[0].strip() in dynamic_ids:
-            return f
-    return failures[0] if failures else None
+    if not failures:
+        return None
+    every = getattr(failures, "every", None)
+    if every is None or len(every) != len(failures):
+        every = [_guards_in(f) for f in failures]
+
+    def rank(i: int) -> tuple:
+        changes = {_change(g) for g in every[i]}  # one size change seen in several tensors counts once
+        sizes = sum("size mismatch" in g for g in every[i])  # a graph whose sizes fit is the nearer one
+        return (len(changes) or 1, sizes, failures[i].split(":", 1)[0].strip() not in dynamic_ids, i)
+
+    best = min(range(len(failures)), key=rank)
+    gid = failures[best].split(":", 1)[0].strip()
+    if len(every[best]) <= 1 and (not every[best] or _same_guard(every[best][0], failures[best])):
+        return failures[best]
+    return f"{gid}: " + "; ".join(every[best])
+
+
+def _change(guard: str):
+    """What a failed guard says changed: ``expected 5, actual 7`` for a size, else the guard itself."""
+    m = re.search(r"size mismatch at index \d+\. (expected \d+, actual \d+)", guard)
+    return m.group(1) if m else guard
+
+
+def _guards_in(failure: str) -> list[str]:
+    text = re.sub(r"^\d+/\d+: ", "", failure.strip()).split("\nUser stack")[0]
+    return [p.split("  #")[0].strip() for p in text.split("; ") if p.strip()]
+
+
+def _same_guard(guard: str, failure: str) -> bool:
+    return " ".join(guard.split()) == " ".join(_guards_in(failure)[0].split()) if _guards_in(failure) else False
 
 
 @dataclass
@@ -187,7 +218,7 @@ class Record:
                     "input": fmt_shape(*c.shapes),
                     "compiles": c.compiles,
                     "seen as": "; ".join(fmt_shape(*e.shapes) for e in evs),
-                    "ran": "eager (limit hit)" if c.fell_back else ("eager" if c.eager else "compiled"),
+                    "ran": "eager (limit hit)" if c.fell_back else ("eager" if c.eager else "a new graph" if c.new_compiles else "a cached graph"),
                     "reason": "; ".join(short_reason(e.reason, keep_id=True) for e in evs if e.reason),
                 }
             )

@@ -14,6 +14,8 @@ import json
 import os
 from dataclasses import dataclass
 
+from ..room import client as room_client
+
 RESULTS_ENV = "SHAPELAB_CHECK_RESULTS"
 
 
@@ -56,6 +58,7 @@ class Checker:
             with open(path, "a") as fh:
                 fh.write(json.dumps({"lab": self.lab, "name": name, "passed": result.passed}) + "\n")
         print(f"{'✅' if passed else '❌'} {name}: {message}")
+        room_client.record_check(self.lab, name, result.passed, len(self.history[name]))  # only inside a room
         if not passed and self.strict:
             raise CheckFailed(f"{name}: {message}")
         return result.passed

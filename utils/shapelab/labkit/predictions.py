@@ -5,6 +5,7 @@ moves on, so restart-and-run-all and CI work on an untouched notebook.
 """
 from __future__ import annotations
 
+from ..room import client as room_client
 from .checks import unanswered
 
 
@@ -21,6 +22,7 @@ def reveal(predicted, measured, what: str = "") -> bool | None:
     agree = _normalise(predicted) == _normalise(measured)
     verdict = "as you predicted" if agree else "not what you predicted"
     print(f"You predicted {predicted!r}; the run measured {measured!r}{unit}: {verdict}.")
+    room_client.record_reveal(predicted, measured, what, agree)  # sends only inside a room
     return agree
 
 

@@ -308,11 +308,22 @@ def failed_guard_lines(record: Record) -> list[str]:
     ``TORCH_LOGS=recompiles`` prints them; the one the course names the cause (``observe.cause_of``) is marked."""
     lines = []
     for e in record.compiles:
-        if e.failures:
-            lines.append(f"#{e.number} (call {e.call}), {len(e.failures)} cached graph(s) failed:")
-            lines += [f"    graph {short_reason(f, keep_id=True)}" + ("   <- the cause" if f == e.reason else "")
-                      for f in e.failures]
+        lines += recompile_lines(e.number, e.call, e.failures, e.reason)
     return lines
+
+
+def recompile_lines(number: int, call: int, failures: Sequence[str], cause: str | None) -> list[str]:
+    """One recompile: a heading, then every cached graph's failed guard labelled by its graph (``0/1``), in
+    Dynamo's order; the failure named the cause is marked. Nothing for a first compile (no failures)."""
+    if not failures:
+        return []
+    named = cause.split(":", 1)[0].strip() if cause else None  # the cause's graph id ("0/1"), however it is worded
+
+    def is_cause(f: str) -> bool:
+        return f == cause or f.split(":", 1)[0].strip() == named
+
+    return [f"#{number} (call {call}), {len(failures)} cached graph(s) failed:"] + [
+        f"    graph {short_reason(f, keep_id=True)}" + ("   <- the cause" if is_cause(f) else "") for f in failures]
 
 
 def _same(a, b) -> bool:

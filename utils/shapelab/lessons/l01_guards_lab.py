@@ -13,7 +13,9 @@ change a global setting instead of marking a tensor, are detected and refused.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
+import functools
 import logging
 import random
 from typing import Callable, Sequence
@@ -24,6 +26,7 @@ from torch._dynamo.testing import CompileCounter
 from ..instruments.display import fmt_shape
 from ..instruments.isolation import isolated
 from ..instruments.observe import ExperimentError, observe, short_reason
+from ..labkit.answers import AnswerRefused, answering, call_answer, counting_compiles
 from ..labkit.checks import unanswered
 
 POLICIES = ("dynamic=None", "dynamic=True", "dynamic=False", "mark_dynamic(x, 0)")
@@ -35,57 +38,10 @@ HINTS = {
 }
 
 
-class CompiledInAnswer(RuntimeError):
-    """The learner's answer called torch.compile: it measured instead of reasoning."""
-
-
-class AnswerRefused(RuntimeError):
-    """The learner's answer compiled something or changed a global setting; the message says which."""
-
-
-@contextlib.contextmanager
-def no_compiling(what: str):
-    """Refuse ``torch.compile`` (and ``shapelab.observe``, which uses it) while the learner's code runs."""
-    saved = torch.compile
-
-    def refuse(*args, **kwargs):
-        raise CompiledInAnswer(f"{what} called torch.compile: answer from what you know about guards, do not measure")
-
-    torch.compile = refuse
-    try:
-        yield
-    finally:
-        torch.compile = saved
-
-
-def _settings() -> dict:
-    return {"dynamo": torch._dynamo.config.get_config_copy(), "stance": str(torch.compiler.get_stance()
-                                                                            if hasattr(torch.compiler, "get_stance") else "")}
-
-
-def _changed_settings(before: dict, after: dict) -> list[str]:
-    names = [k for k in before["dynamo"] if before["dynamo"][k] != after["dynamo"].get(k)]
-    return [f"torch._dynamo.config.{k}" for k in names] + (["the compiler stance"] if before["stance"] != after["stance"] else [])
-
-
 def _call_learner(fn: Callable, *args):
-    """Call a learner's function with compiling refused and global settings watched.
-
-    Raises ``AnswerRefused`` when the function compiled something or changed a global setting;
-    callers run inside ``isolated()``, which puts any such setting back.
-    """
-    before = _settings()
-    name = getattr(fn, "__name__", "your function")
-    try:
-        with no_compiling(name):
-            result = fn(*args)
-    except CompiledInAnswer as e:
-        raise AnswerRefused(str(e)) from None
-    changed = _changed_settings(before, _settings())
-    if changed:
-        raise AnswerRefused(f"{name} changed {', '.join(changed)}: a mark belongs on the tensor, not in a global "
-                            "setting that every model shares")
-    return result
+    """Call a learner's function that must reason, not measure: inspected, compiling refused, global
+    settings watched (``answers.call_answer``); raises ``AnswerRefused`` saying why."""
+    return call_answer(fn, *args, refuse_compile=True)
 
 
 def _fresh_fn():
@@ -97,6 +53,11 @@ def _fresh_fn():
 
 def measure_graphs(shapes: Sequence[tuple], policy: str) -> int:
     """Graphs Dynamo compiles for one stream of 2-D shapes under one of ``POLICIES`` (counted, not guessed)."""
+    return _measured(tuple(map(tuple, shapes)), policy)
+
+
+@functools.lru_cache(maxsize=512)  # the ground truth of a stream never changes within a process
+def _measured(shapes: tuple, policy: str) -> int:
     dynamic = {"dynamic=None": None, "dynamic=True": True, "dynamic=False": False, "mark_dynamic(x, 0)": None}[policy]
     with isolated():
         cnt = CompileCounter()
@@ -109,23 +70,26 @@ def measure_graphs(shapes: Sequence[tuple], policy: str) -> int:
         return cnt.frame_count
 
 
-def hidden_streams(rng: random.Random, n: int = 2) -> list[list[tuple]]:
+def hidden_streams(rng: random.Random, n: int = 4) -> list[list[tuple]]:
     """Fixed streams that tell the usual wrong rules apart, then ``n`` random ones.
 
     Every size is 2 or more and a batch never equals a feature count (no duck sizing, no 0/1),
     and streams stay below the recompile limit.
     """
     fixed = [
+        [(5, 3)],                            # one call
         [(6, 5), (6, 7), (6, 9)],            # only the features change
         [(4, 3), (4, 3), (4, 3)],            # nothing changes
         [(4, 3), (8, 5), (12, 7)],           # both change at once
         [(4, 3), (8, 3), (4, 3), (8, 3)],    # back and forth
         [(4, 3), (8, 3), (8, 5)],            # one dimension, then the other
+        [(4, 3), (4, 5), (8, 5), (8, 3)],    # the features first, then the batch, then features back
+        [(2, 3), (4, 3), (4, 5), (6, 5), (6, 7), (8, 7), (8, 9)],  # seven distinct shapes, the most allowed
     ]
     batches, features = [2, 4, 6, 8, 10, 12, 16, 24, 32], [3, 5, 7, 9, 11]
     out = list(fixed)
     for _ in range(n):
-        length = rng.randint(2, 5)
+        length = rng.randint(2, 7)
         b, f = rng.choice(batches), rng.choice(features)
         stream = [(b, f)]
         for _ in range(length - 1):
@@ -138,28 +102,28 @@ def hidden_streams(rng: random.Random, n: int = 2) -> list[list[tuple]]:
     return out
 
 
-def check_expected_graphs(expected_graphs: Callable, seed: int | None = None) -> tuple[bool, str]:
-    """Exercise 1: the learner's rule against the counts Dynamo really compiles, stream by stream."""
+def check_expected_graphs(expected_graphs: Callable, seed: int = 0) -> tuple[bool, str]:
+    """Exercise 1: the learner's rule against the counts Dynamo really compiles, stream by stream.
+
+    The counts are measured first (a fresh function per stream, cached per process); then the rule
+    runs with compiling refused and global settings watched."""
     if unanswered(expected_graphs) or not callable(expected_graphs):
         return False, "expected_graphs is not a function yet"
-    rng = random.Random(seed)
-    streams = hidden_streams(rng)
-    with isolated():  # puts back anything an answer changed
-        tried = 0
-        for stream in streams:
-            for policy in POLICIES:
-                try:
-                    guess = _call_learner(expected_graphs, list(stream), policy)
-                except AnswerRefused as e:
-                    return False, str(e)
+    streams = hidden_streams(random.Random(seed))
+    truth = [(stream, policy, measure_graphs(stream, policy)) for stream in streams for policy in POLICIES]
+    try:
+        with isolated(), answering(expected_graphs):
+            for stream, policy, count in truth:
+                guess = expected_graphs(list(stream), policy)
                 if unanswered(guess):
                     return False, f"expected_graphs({stream}, {policy!r}) returned {guess!r}: return a whole number"
                 if isinstance(guess, bool) or not isinstance(guess, int):
                     return False, f"expected_graphs({stream}, {policy!r}) returned {guess!r}, not a whole number"
-                if guess != measure_graphs(stream, policy):
+                if guess != count:
                     return False, (f"under {policy}, for the stream {stream}, your rule's count is not what Dynamo "
                                    f"compiled. Ask: {HINTS[policy]}")
-                tried += 1
+    except AnswerRefused as e:
+        return False, str(e)
     return True, f"your rule matched what Dynamo compiled on {len(streams)} streams under {len(POLICIES)} policies, some made up for this run"
 
 
@@ -170,17 +134,24 @@ def normalise(x):
     return (x - x.mean(0)) / (x.std(0) + 1e-5)
 
 
-def check_annotate(annotate: Callable, batch_range: Sequence[int], seed: int | None = None) -> tuple[bool, str]:
-    """Exercise 2: every batch size in ``batch_range``, in a hidden order and with a hidden feature count too."""
+BATCH_DOMAIN = (2, 64)  # exercise 2's promise: every batch size from 2 to 64, bounds included
+
+
+def check_annotate(annotate: Callable, batch_range: Sequence[int] = range(2, 65), seed: int = 0) -> tuple[bool, str]:
+    """Exercise 2: every batch size of ``batch_range`` and both bounds of the promised domain
+    (``BATCH_DOMAIN``), edges first: one order starts at the bottom, one at the top, each with a
+    feature count of its own; the annotation runs inspected, with global settings watched."""
     from ..instruments.observe import Observer
 
     rng = random.Random(seed)
-    batches = list(batch_range)
-    if 2 not in batches:
-        batches.append(2)
-    for features in (16, rng.choice([12, 20, 24])):
-        order = batches[:]
-        rng.shuffle(order)
+    low, high = BATCH_DOMAIN
+    middle = sorted(set(batch_range) - {low, high})
+    orders = []
+    for edges in ([low, high], [high, low]):
+        rest = middle[:]
+        rng.shuffle(rest)
+        orders.append(edges + rest)
+    for features, order in zip((16, rng.choice([12, 20, 24])), orders):
         inputs = [torch.randn(b, features, generator=torch.Generator().manual_seed(b)) for b in order]
         with Observer(normalise) as obs:
             for x in inputs:
@@ -228,35 +199,80 @@ def project_requests(batches: Sequence[int], width: int, seed: int = 0) -> list[
     return [(torch.randn(b, width, generator=g), w.clone()) for b in batches]
 
 
-def check_guard_fix(failed_guard, fixed_policy, served) -> tuple[bool, str]:
-    """Exercise 3: the guard copied from the record, and a policy that serves this and a hidden stream with one graph."""
+def _expression(text: str):
+    """A guard as a Python expression tree (whitespace and the log's ``0/0:`` and ``# ...`` dropped), or None."""
+    text = short_reason(text.strip(), width=10_000)
+    try:
+        return ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+
+
+def _same_guard(said: str, guard: str) -> bool:
+    """Whole expressions compared: a piece of a guard is not the guard; ``a == b`` is the guard ``b == a``."""
+    a, b = _expression(said), _expression(guard)
+    if a is None or b is None:
+        return False
+    if ast.dump(a) == ast.dump(b):
+        return True
+    if (isinstance(a, ast.Compare) and isinstance(b, ast.Compare) and len(a.ops) == len(b.ops) == 1
+            and type(a.ops[0]) is type(b.ops[0]) and isinstance(a.ops[0], (ast.Eq, ast.NotEq))):
+        return ast.dump(a.left) == ast.dump(b.comparators[0]) and ast.dump(a.comparators[0]) == ast.dump(b.left)
+    return False
+
+
+# Exercise 3's domain: w square, of side 8 to 128; x of 2 to 128 rows and w's side in features; a batch
+# may equal the width (the first one often does). Edges first: both bounds of each, batch == width first.
+FIX_STREAMS = {
+    "the colleague's stream": ([64, 32, 16, 48], 64),
+    "a stream with another width, its first batch equal to the width": ([40, 24, 8, 56, 40], 40),
+    "a stream at the smallest width, from the smallest batch to the largest": ([2, 8, 128, 3], 8),
+    "a stream at the largest width, the batch equal to it in the middle": ([2, 128, 127, 128], 128),
+}
+
+
+def check_guard_fix(failed_guard, serve_project, served) -> tuple[bool, str]:
+    """Exercise 3: the guard copied whole from the record, and ``serve_project(project, requests)``,
+    PyTorch that compiles ``project`` and serves the requests, run by the check on hidden streams
+    (``FIX_STREAMS``): one graph each, with the batch of x a symbol, every request run by it, and no
+    global setting changed."""
     if unanswered(failed_guard) or not isinstance(failed_guard, str) or not failed_guard.strip():
         return False, "failed_guard is empty: copy the guard from the failures printed above"
-    failures = [f for e in served.compiles for f in e.failures]
-    said = " ".join(failed_guard.split())
-    if "size()" not in said or not any(said in " ".join(f.split()) for f in failures):
-        return False, f"{failed_guard!r} is not one of the guards that failed; copy the comparison between two sizes"
-    if unanswered(fixed_policy) or not isinstance(fixed_policy, dict):
-        return False, "the guard is right; now write fixed_policy as a dict of S.observe keywords, e.g. dict(dynamic=..., marks=[...])"
-    streams = {"the colleague's stream": ([64, 32, 16, 48], 64), "a hidden stream with another width": ([40, 24, 8, 56, 40], 40)}
-    for name, (batches, width) in streams.items():
+    guards = [f for e in served.compiles for f in e.failures]
+    if not any(_same_guard(failed_guard, g) for g in guards):
+        return False, (f"{failed_guard!r} is not, as a whole expression, one of the guards that failed: copy the "
+                       "whole comparison, both sides, from after '0/0: ' up to the '#'")
+    if unanswered(serve_project) or not callable(serve_project):
+        return False, ("the guard is right; now write serve_project(project, requests): compile project with "
+                       "torch.compile, mark what varies, and call the compiled function on every (x, w)")
+    for name, (batches, width) in FIX_STREAMS.items():
+        requests = project_requests(batches, width)
         try:
-            rec = observe(project, project_requests(batches, width), **fixed_policy)
-        except (TypeError, ValueError, KeyError) as e:
-            return False, f"fixed_policy is not a valid set of S.observe keywords: {e}"
-        except ExperimentError as e:
-            return False, f"on {name}, your policy made a call fail: {e}"
-        if any(c.eager for c in rec.calls):
-            return False, (f"on {name}, some calls ran without a compiled graph (eagerly): a policy that stops "
-                           "compiling hides the recompile instead of removing its cause")
-        if rec.count != 1:
-            return False, (f"on {name}, your policy compiled more than one graph; the last failed guard was "
-                           f"{short_reason(rec.reasons[-1]) if rec.reasons else '(none)'!r}")
-        shape = rec.compiles[0].shapes[0]
+            with isolated(), _quiet_guard_log(), counting_compiles() as log:
+                with answering(serve_project, refuse_compile=False):
+                    serve_project(project, requests)
+        except AnswerRefused as e:
+            return False, str(e)
+        except Exception as e:  # the learner's code or a refused mark: feedback, not a traceback
+            said = (str(e).strip().splitlines() or [""])[0][:200]
+            return False, f"on {name}, serving raised {type(e).__name__}: {said}"
+        if log.settings:
+            return False, (f"on {name}, a global setting was changed while compiling ({'; '.join(log.settings)}): "
+                           "put the fix on the tensor or in the torch.compile call")
+        if log.count == 0:
+            return False, f"on {name}, nothing was compiled: serve_project must call torch.compile and the function it returns"
+        if log.total_runs < len(requests):
+            return False, (f"on {name}, {len(requests) - log.total_runs} of {len(requests)} requests ran without a "
+                           "compiled graph (eagerly): a fix that stops compiling hides the recompile instead of "
+                           "removing its cause")
+        if log.count != 1:
+            return False, (f"on {name}, your serve_project compiled {log.count} graphs; read the guard you copied: "
+                           "which sizes became symbols, and which of them were tied together?")
+        shape = log.shapes[0][0]
         if not isinstance(shape[0], str):
             return False, f"on {name}, one graph, but the batch of x is a constant in it ({fmt_shape(shape)})"
-    return True, ("right guard: duck sizing gave x's two sizes one symbol because the first batch equalled the features; "
-                  "your policy serves both streams with one graph")
+    return True, ("right guard, as a whole: duck sizing gave x's two sizes one symbol because the first batch equalled "
+                  f"the width; your serve_project served {len(FIX_STREAMS)} streams with one graph each, batch a symbol")
 
 
 # -- exercise 4 -----------------------------------------------------------------------------------
@@ -288,24 +304,29 @@ def served_without_compiling(fn: Callable, warmup: Sequence[tuple], probes: Sequ
     return out
 
 
+@functools.lru_cache(maxsize=8)
+def _served_truth(warmup: tuple) -> tuple:
+    probes = [(b, f) for f in (16, 15, 17, 32) for b in range(0, 65)]
+    return tuple(served_without_compiling(clip, list(warmup), probes).items())
+
+
 def check_runs_without_compiling(runs_without_compiling: Callable, warmup=((4, 16), (8, 16))) -> tuple[bool, str]:
     """Exercise 4: the learner's reading of the guards, against every batch 0..64 with 16 and other feature counts."""
     if unanswered(runs_without_compiling) or not callable(runs_without_compiling):
         return False, "runs_without_compiling is not a function yet"
-    probes = [(b, f) for f in (16, 15, 17, 32) for b in range(0, 65)]
-    truth = served_without_compiling(clip, list(warmup), probes)
-    with isolated():  # puts back anything an answer changed
-        for (b, f), served in truth.items():
-            try:
-                said = _call_learner(runs_without_compiling, b, f)
-            except AnswerRefused as e:
-                return False, str(e)
-            if unanswered(said) or not isinstance(said, bool):
-                return False, f"runs_without_compiling({b}, {f}) returned {said!r}: return True or False"
-            if said != served:
-                return False, (f"wrong for a batch of {b} with {f} features. Read each guard again: the range of the "
-                               "batch's symbol, where the branch cut it, and what the tensor guard fixes")
-    return True, f"right for all {len(probes)} shapes tried: you read the range, the branch and the fixed features"
+    truth = _served_truth(tuple(map(tuple, warmup)))
+    try:
+        with isolated(), answering(runs_without_compiling):
+            for (b, f), served in truth:
+                said = runs_without_compiling(b, f)
+                if unanswered(said) or not isinstance(said, bool):
+                    return False, f"runs_without_compiling({b}, {f}) returned {said!r}: return True or False"
+                if said != served:
+                    return False, (f"wrong for a batch of {b} with {f} features. Read each guard again: the range "
+                                   "of the batch's symbol, where the branch cut it, and what the tensor guard fixes")
+    except AnswerRefused as e:
+        return False, str(e)
+    return True, f"right for all {len(truth)} shapes tried: you read the range, the branch and the fixed features"
 
 
 # -- exercise 5 -----------------------------------------------------------------------------------
@@ -322,8 +343,12 @@ def _quiet_guard_log():
         lg.disabled = saved
 
 
-def check_loader_mark(loader_mark: Callable, seed: int | None = None) -> tuple[bool, str]:
-    """Exercise 5: a positional model must compile; a free model must get one graph with a symbolic batch."""
+LOADER_DOMAIN = (2, 64)  # exercise 5's promise: the loader's batches have 2 to 64 rows
+
+
+def check_loader_mark(loader_mark: Callable, seed: int = 0) -> tuple[bool, str]:
+    """Exercise 5: a positional model must compile; a free model must get one graph with a symbolic
+    batch over the loader's domain, edges first (the positional model's 16, then both bounds)."""
     if unanswered(loader_mark) or not callable(loader_mark):
         return False, "loader_mark is not a function yet"
     rng = random.Random(seed)
@@ -358,7 +383,7 @@ def check_loader_mark(loader_mark: Callable, seed: int | None = None) -> tuple[b
             seen.append(any(isinstance(t, torch.SymInt) for t in example_inputs))  # a symbol is passed in as an input
             return gm.forward
 
-        batches = rng.sample([3, 4, 6, 12, 24, 32, 48], 4)
+        batches = [16, LOADER_DOMAIN[0], LOADER_DOMAIN[1]] + rng.sample([3, 4, 6, 12, 24, 32, 48], 2)
         with isolated():
             compiled = torch.compile(free, backend=counting)
             for b in batches:

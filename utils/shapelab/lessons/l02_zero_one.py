@@ -17,7 +17,7 @@ import torch
 from ..instruments.inputs import validate_count, make_tensor, parse_sizes
 from ..instruments.isolation import isolated
 from ..instruments.observe import ExperimentError, Mark, Observer, Record, as_args
-from ..instruments.timing import Timing, fmt_seconds, time_call
+from ..instruments.timing import Timing, fmt_seconds, time_warm
 
 HATCHES = ("off", "mark_unbacked", "backed_size_oblivious")
 
@@ -92,7 +92,8 @@ def runtime_asserts(fn: Callable, args: Sequence[Any], hatch: str = "off", *, ma
 
     A backed symbol is checked by the guards before the graph runs; an unbacked one cannot be,
     so the facts the compiler relied on become ``_assert_scalar`` calls inside the graph, run on
-    every call. Returns their messages, e.g. ``"Runtime assertion failed for expression u0 >= 0"``.
+    every call. Returns the asserted expressions, e.g. ``"u0 >= 0"``: each holds on every call that
+    runs, and torch raises "Runtime assertion failed for expression u0 >= 0" only on a call where it does not.
     """
     args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)  # marks stick to tensors
     all_marks = list(marks) + hatch_marks(hatch, sum(isinstance(a, torch.Tensor) for a in args))
@@ -101,8 +102,8 @@ def runtime_asserts(fn: Callable, args: Sequence[Any], hatch: str = "off", *, ma
     def backend(gm: torch.fx.GraphModule, example_inputs):
         for node in gm.graph.nodes:
             if _is_assert(node):
-                msg = node.args[1] if len(node.args) > 1 else str(node)
-                found.append(str(msg).split(" on node")[0])
+                msg = str(node.args[1] if len(node.args) > 1 else node).split(" on node")[0]
+                found.append(msg.split("for expression ", 1)[-1].strip())
         return gm.forward
 
     with hatch_config(hatch):
@@ -125,12 +126,13 @@ def _variant_marks(options: dict, n_tensors: int) -> list[Mark]:
 
 
 def compare_hatches(fn: Callable, calls: Sequence[tuple], *, variants=HATCH_VARIANTS, backend: str = "eager",
-                    repeats: int = 30, threads: int | None = 1) -> list[dict]:
+                    min_run_time: float = 0.1, threads: int | None = 1) -> list[dict]:
     """Serve ``calls`` under each hatch variant; one row each: graphs, equal to eager, runtime checks, call time.
 
     ``variants`` are ``(label, hatch, options)`` with options ``dynamic`` and ``mark_dynamic``
     (mark dimension 0 of every tensor argument). A variant that raises shows the error's first
-    line instead of numbers. The warm call is timed on the last call's inputs.
+    line instead of numbers. The warm call is timed on the last call's inputs with torch's
+    ``torch.utils.benchmark.Timer`` (``time_warm``, for ``min_run_time`` seconds): its median and IQR.
     """
     calls = [as_args(c) for c in calls]
     n = sum(isinstance(a, torch.Tensor) for a in calls[0])
@@ -145,7 +147,8 @@ def compare_hatches(fn: Callable, calls: Sequence[tuple], *, variants=HATCH_VARI
             row["outcome"] = f"{rec.count} graph(s), every result equal to eager"
             asserts = runtime_asserts(fn, calls[-1], hatch, marks=marks, dynamic=options.get("dynamic"))
             row["runtime asserts in graph"] = len(asserts)
-            row["warm call"] = fmt_seconds(_warm_time(fn, calls[-1], hatch, marks, options, backend, repeats, threads))
+            warm = _warm_time(fn, calls[-1], hatch, marks, options, backend, min_run_time, threads)
+            row["warm call"] = f"{fmt_seconds(warm.median)} (IQR {fmt_seconds(warm.spread)})"
         except Exception as e:  # the row says what went wrong; the other variants still run
             row["outcome"] = "error: " + error_line(e)
         rows.append(row)
@@ -178,7 +181,7 @@ def error_line(e: BaseException, width: int = 220) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def _warm_time(fn, args, hatch, marks, options, backend, repeats, threads) -> float:
+def _warm_time(fn, args, hatch, marks, options, backend, min_run_time, threads) -> Timing:
     args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
     with hatch_config(hatch), torch.no_grad():
         _set_threads(threads)
@@ -186,7 +189,7 @@ def _warm_time(fn, args, hatch, marks, options, backend, repeats, threads) -> fl
             m.apply(args)
         compiled = torch.compile(fn, backend=backend, dynamic=options.get("dynamic"))
         compiled(*args)
-        return time_call(compiled, *args, warmup=3, repeats=repeats).median
+        return time_warm(compiled, *args, min_run_time=min_run_time, threads=threads)
 
 
 # --- the served model (section 3, the bench) -------------------------------------------------------------
@@ -263,18 +266,34 @@ def run_bench(warmup: str = "8, 16", batch: int = 1, policy: bool | None = None,
             "shapes": panes["shapes"]}
 
 
+MAX_SERVE_BATCH = 256
+
+
+def serve_batch(text) -> int:
+    """The bench's "serve batch" box: one whole number from 0 to ``MAX_SERVE_BATCH`` (0 and 1 are allowed on purpose)."""
+    value = str(text).strip()
+    if not value.isdigit() or int(value) > MAX_SERVE_BATCH:
+        raise ValueError(f"serve batch must be one whole number from 0 to {MAX_SERVE_BATCH}, got {text!r}")
+    return int(value)
+
+
 def build_bench(warmup: str = "8, 16", batch: int = 1, backend: str = "eager", width: int = 16):
-    """The lesson's lab bench: warm-up batches, a batch slider (0 to 64), policy, escape hatch."""
-    from ..labkit.widgets import LabBench, dropdown, int_slider, text
+    """The lesson's lab bench: warm-up batches, the batch to serve (typed: any of 0 to 256), policy, escape hatch.
+
+    The serve batch is a text box, not a slider: a slider's track had no room beside its label at
+    1280 x 800, it dropped typed text without a word, and its bound at 0 read as a clamp when 0 is
+    the very size a learner picks on purpose. A box takes 0 as it is and says what is wrong with text.
+    """
+    from ..labkit.widgets import LabBench, dropdown, text
 
     def run(warmup, batch, policy, hatch, backend):
-        return run_bench(warmup, batch, policy, hatch, backend, width=width)
+        return run_bench(warmup, serve_batch(batch), policy, hatch, backend, width=width)
 
     return LabBench(
         "Batch 1 after a warm-up",
         {
             "warmup": text("warm-up batches", warmup),
-            "batch": int_slider("serve batch (0 and 1 are special)", batch, 0, 64),
+            "batch": text("serve batch (0 and 1 are special)", str(serve_batch(batch))),
             "policy": dropdown("dynamic=", list(POLICIES), None),
             "hatch": dropdown("escape hatch", list(HATCHES), "off"),
             "backend": dropdown("backend", ["eager", "aot_eager", "inductor"], backend),

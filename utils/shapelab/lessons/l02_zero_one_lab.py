@@ -6,18 +6,19 @@
   (another width, another warm-up batch); the check records every call and every compile, so a
   first request timed after the compile, a typed-in number or a skipped call reads as such.
 - ``check_warmup``: the learner's ``warmup_for(stream)`` runs on the lab's stream and on hidden ones
-  (no batch 1, empty batches, one size only); the traffic is served under
+  over the domain (batch 0 with and without 1, only 0s and 1s, one size only, ...); the traffic is served under
   ``set_stance("fail_on_recompile")``, and a warm-up that compiles more graphs than the traffic needs
   is named, with the graph no request used.
 - ``check_one_graph``: the learner's ``mark_inputs(x, w, bias)`` marks fresh inputs before every
-  call of a fresh compile, over hidden batch orders and widths; one graph, every call compiled,
-  every result equal to eager.
+  call of a fresh compile, over hidden batch orders and widths (0, 1 and 64 first, a single feature);
+  one graph, every call compiled, every result equal to eager, no global setting changed.
 
 Feedback names what went wrong in the learner's terms and never prints the value they were
 asked to find.
 """
 from __future__ import annotations
 
+import functools
 import random
 import time
 from typing import Callable, Sequence
@@ -28,6 +29,7 @@ from ..instruments.inputs import make_tensor, validate_shape
 from ..instruments.isolation import isolated
 from ..instruments.observe import observe, short_reason
 from ..instruments.timing import Timing
+from ..labkit.answers import AnswerRefused, call_answer, watch_settings
 from ..labkit.checks import unanswered
 
 
@@ -61,6 +63,11 @@ def _relabel(shapes: Sequence[tuple], seed: int) -> list[tuple]:
 
 
 def _compiling_calls(fn: Callable, shapes: Sequence[tuple]):
+    return _measured_calls(fn, tuple(map(tuple, shapes)))
+
+
+@functools.lru_cache(maxsize=16)  # the ground truth of (fn, shapes) never changes within a process
+def _measured_calls(fn: Callable, shapes: tuple):
     rec = observe(fn, [make_tensor(s, seed=i) for i, s in enumerate(shapes)])
     return rec, [c.index for c in rec.calls if c.new_compiles]
 
@@ -129,8 +136,8 @@ def check_prediction(predicted, shapes: Sequence[tuple], fn: Callable) -> tuple[
             lines.append(f"call {e.call} {shape} failed the one cached {e.failed_guards[0]}")
             continue
         failed = "; ".join(e.failed_guards)
-        lines.append(f"call {e.call} {shape} failed every cached graph, newest first ({failed}); the cause the "
-                     f"course names, the newest graph with a symbol: {short_reason(e.reason, keep_id=True)}")
+        lines.append(f"call {e.call} {shape} failed every cached graph, in the order torch checked them ({failed}); "
+                     f"the cause, as S.observe names it: {short_reason(e.reason, keep_id=True)}")
     return True, ("right, and the same pattern with other sizes compiled at the same calls. Why each call "
                   "compiled, as torch lists the guards it failed:\n  " + "\n  ".join(lines))
 
@@ -188,10 +195,14 @@ def check_benchmark(benchmark_batch1, *, backend: str = "aot_eager", seed: int =
         x1 = make_tensor((1, width), seed=2)
         start = time.perf_counter()
         try:
-            result = benchmark_batch1(served, x1)
+            with watch_settings() as changed:
+                result = benchmark_batch1(served, x1)
         except Exception as e:
             return False, f"`benchmark_batch1` raised {type(e).__name__}: {e}"
         total = time.perf_counter() - start
+    if changed:
+        return False, (f"`benchmark_batch1` changed a global setting ({'; '.join(changed)}): a benchmark measures "
+                       "the service as it runs, with nothing switched")
     if not (isinstance(result, tuple) and len(result) == 2):
         return False, "`benchmark_batch1` should return two things: (first_seconds, warm_timing)"
     first_seconds, warm = result
@@ -280,21 +291,34 @@ def graphs_needed(stream: Sequence[int]) -> int:
 
 
 def hidden_streams(shown: Sequence[int], seed: int = 11) -> list[tuple[str, list[int]]]:
-    """The lab's stream and three the learner has not seen: no batch 1, empty batches, one size only."""
+    """The lab's stream, then streams over the whole domain (batch sizes 0 to 32), edges first: each
+    combination of 0 and 1 with and without larger sizes, a single size, and random streams."""
     rng = random.Random(seed)
-    no_one = [rng.randint(2, 24) for _ in range(20)] + [2, 24]
-    with_zero = [rng.randint(0, 16) for _ in range(20)] + [0, 1, 16]
-    one_size = [rng.choice([5, 6, 7, 9])] * 6
-    return [("the lab's stream", list(shown)), ("a stream with no batch 1", no_one),
-            ("a stream with empty batches (size 0) and batch 1", with_zero), ("a stream of a single batch size", one_size)]
+    big = lambda n: [rng.randint(2, 32) for _ in range(n)]  # noqa: E731
+    return [("the lab's stream", list(shown)),
+            ("a stream with empty batches (size 0) but no batch 1", [0] + big(12) + [0, 2, 32]),
+            ("a stream with empty batches (size 0) and batch 1", [rng.randint(0, 16) for _ in range(16)] + [0, 1, 16]),
+            ("a stream with no batch 0 or 1", big(16) + [2, 32]),
+            ("a stream of only empty batches and batch 1", [1, 0, 1, 1, 0]),
+            ("a stream of only batch 0", [0, 0, 0]),
+            ("a stream of a single batch size", [rng.choice([5, 6, 7, 9])] * 6),
+            ("a stream of batch 1 and a single larger size", [7, 1, 7, 7, 1]),
+            ("a random stream", [rng.randint(0, 32) for _ in range(20)])]
 
 
-def _serve_warmup(sizes: list[int], stream: Sequence[int], width: int, model: torch.nn.Module):
+def _served_fn(x):
+    """What the check serves: any function of the batch compiles the same graphs under the default
+    policy; a small one keeps the check fast."""
+    return torch.tanh(x).sum(-1)
+
+
+@functools.lru_cache(maxsize=256)  # the same warm-up on the same stream is measured once per process
+def _serve_warmup(sizes: tuple, stream: tuple, width: int):
     """Serve the warm-up, then the stream under fail_on_recompile. Returns (use, idle, miss)."""
     use = _GraphUse()
     idle: list[int] = []  # warm-up requests that compiled nothing
     with isolated(), torch.no_grad():
-        compiled = torch.compile(model, backend=use)  # dynamic=None: the default policy
+        compiled = torch.compile(_served_fn, backend=use)  # dynamic=None: the default policy
         for i, b in enumerate(sizes):
             before = len(use.runs)
             use.call(compiled, b, make_tensor((b, width), seed=i))
@@ -315,10 +339,13 @@ def _serve_warmup(sizes: list[int], stream: Sequence[int], width: int, model: to
     return use, idle, None
 
 
-def check_warmup(warmup_for, model: torch.nn.Module, *, width: int, stream: Sequence[int]) -> tuple[bool, str]:
-    """The learner's ``warmup_for(stream)`` on the lab's stream and on hidden ones.
+def check_warmup(warmup_for, model: torch.nn.Module | None = None, *, width: int, stream: Sequence[int]
+                 ) -> tuple[bool, str]:
+    """The learner's ``warmup_for(stream)`` on the lab's stream and on hidden ones over the domain.
 
-    For each stream: serve the warm-up it returns (default policy, ``eager``), then the stream under
+    ``model`` is the lab's (kept for the call's shape); the check serves a small function of its own,
+    which compiles the same graphs for the same batch sizes. For each stream: serve the warm-up the
+    answer returns (default policy, ``eager``), then the stream under
     ``set_stance("fail_on_recompile")`` (restored afterwards). It passes when no request of any
     stream compiles and no warm-up compiles more graphs than its stream needs (``graphs_needed``).
     """
@@ -328,17 +355,19 @@ def check_warmup(warmup_for, model: torch.nn.Module, *, width: int, stream: Sequ
         raise ValueError("the stream to serve is empty")
     for label, s in hidden_streams(stream):
         try:
-            answer = warmup_for(list(s))
+            answer = call_answer(warmup_for, list(s))
             if unanswered(answer):
                 return False, f"for {label}, `warmup_for` returned None: return a list of batch sizes"
             sizes = [int(b) for b in answer]
             for b in sizes:
                 validate_shape((b, width))
+        except AnswerRefused as e:
+            return False, str(e)
         except (TypeError, ValueError) as e:
             return False, f"for {label}, `warmup_for` should return a list of batch sizes >= 0: {e}"
         except Exception as e:
             return False, f"for {label}, `warmup_for` raised {type(e).__name__}: {e}"
-        use, idle, miss = _serve_warmup(sizes, s, width, model)
+        use, idle, miss = _serve_warmup(tuple(sizes), tuple(s), width)
         if miss is not None:
             b, guards = miss
             return False, (f"for {label}, a request of batch {b} still had to compile after your warm-up; "
@@ -352,8 +381,8 @@ def check_warmup(warmup_for, model: torch.nn.Module, *, width: int, stream: Sequ
                     "those requests)") if unused else ""
             return False, (f"for {label}, your warm-up leaves nothing to compile but compiles more graphs than "
                            f"the traffic needs{what}. Which request of the warm-up could go, or come first?")
-    return True, ("on the lab's stream and on three you had not seen, nothing compiled after your warm-up, "
-                  "and no warm-up compiled a graph more than its traffic needs")
+    return True, (f"on the lab's stream and on {len(hidden_streams(stream)) - 1} you had not seen, nothing compiled "
+                  "after your warm-up, and no warm-up compiled a graph more than its traffic needs")
 
 
 # --- exercise 4: one graph for batch 1 and batch N ---------------------------------------------
@@ -368,7 +397,10 @@ def _gate_calls(batches: Sequence[int], features: int, seed: int):
              make_tensor((1, features), seed=seed + 99)) for i, b in enumerate(batches)]
 
 
-HIDDEN_GATE_CASES = (((4, 1, 8, 0, 2, 1), 8, 0), ((0, 3, 1, 9, 1, 5), 12, 1000), ((1, 6, 2), 5, 2000))
+# (batches in order, features, seed). The domain: batches 0 to 64, features 1 to 64; edges first: a first call
+# at each of 0, 1 and a larger batch, both bounds, a single feature.
+HIDDEN_GATE_CASES = (((4, 1, 8, 0, 2, 1, 64), 8, 0), ((0, 3, 1, 9, 1, 5), 12, 1000), ((1, 6, 2, 0), 5, 2000),
+                     ((2, 64, 0, 1), 1, 3000), ((64, 0, 1, 33), 64, 4000))
 
 
 def check_one_graph(mark_inputs, fn: Callable = gate) -> tuple[bool, str]:
@@ -385,8 +417,10 @@ def check_one_graph(mark_inputs, fn: Callable = gate) -> tuple[bool, str]:
                 ref = fn(x, w, bias)
                 args = (x.clone(), w.clone(), bias.clone())
                 try:
-                    mark_inputs(*args)
+                    call_answer(mark_inputs, *args)
                     out = use.call(compiled, int(x.shape[0]), *args)
+                except AnswerRefused as e:
+                    return False, str(e)
                 except Exception as e:
                     text = (str(e).strip().splitlines() or [""])[0]
                     text = "guard failed: " + text.split("Guard fail reason:", 1)[1].strip() if "Guard fail reason:" in text else text

@@ -59,6 +59,13 @@ class FallBackTiming:
         xs.sort()
         return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
+    def extra(self, path: str) -> float:
+        """Median over shapes of (time through torch.compile - plain eager time), seconds, for one path."""
+        xs = sorted(r["_through"] - r["_eager"] for r in self.rows if r["_path"] == path)
+        if not xs:
+            raise ValueError(f"no shape took the {path!r} path")
+        return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
     def table(self) -> list[dict]:
         """The rows without the private numbers, for display."""
         return [{k: v for k, v in r.items() if not k.startswith("_")} for r in self.rows]

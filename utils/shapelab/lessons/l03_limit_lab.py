@@ -7,6 +7,8 @@ says what went wrong in the learner's terms and never prints the value the learn
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import random
 import statistics
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from ..instruments.observe import ExperimentError, Observer, Record
 from ..instruments.serving import replay
 from ..instruments.timing import cpu_threads, fmt_seconds
 from ..instruments.traffic import request_lengths
+from ..labkit.answers import AnswerRefused, answering, call_answer, inspect_answer, refuse_if
 from ..labkit.checks import unanswered
 from ..instruments.logs import quiet_dynamo_stderr
 from .l03_limit import FIXES, fix_policy, make_model
@@ -136,9 +139,21 @@ def mystery_service(seed: int = 0, **kwargs) -> MysteryService:
 # Exercise 1: a diagnosis that works on services the learner never saw
 # ---------------------------------------------------------------------------------------------
 
-def _hidden_records(seed: int, requests: int) -> list[tuple[str, str, Record]]:
-    """(what the case is, its cause, the record) for one hidden production service per cause, and
-    one hidden service under staging traffic (it never reaches the limit)."""
+def _at_the_limit(cause: str, n: int, limit: int = 8) -> list[Request]:
+    """``n`` requests whose varying field takes exactly ``limit`` values: as many graphs as the limit
+    allows, and not one call past it."""
+    values = {"lengths": [16 * (i + 1) for i in range(limit)], "batch": list(range(2, 2 + limit)),
+              "temperature": [round(0.6 + 0.1 * i, 2) for i in range(limit)]}[cause]
+    picks = [values[i % limit] for i in range(n)]
+    return [Request(batch=v if cause == "batch" else 2, length=v if cause == "lengths" else 48,
+                    temperature=v if cause == "temperature" else 1.0) for v in picks]
+
+
+@functools.lru_cache(maxsize=4)  # served once per process; each check hands out copies
+def _hidden_records(seed: int, requests: int) -> tuple[tuple[str, str, Record], ...]:
+    """(what the case is, its cause, the record) for one hidden production service per cause; one
+    hidden service under staging traffic (it never reaches the limit); and one that compiles exactly
+    as many graphs as the limit allows and falls back on no call."""
     out = []
     for i, cause in enumerate(sorted(MYSTERY_CAUSES)):
         svc = MysteryService(10_000 + 7 * seed + i, width=8, _cause=cause)
@@ -146,7 +161,11 @@ def _hidden_records(seed: int, requests: int) -> list[tuple[str, str, Record]]:
     cause = random.Random(f"staging-{seed}").choice(sorted(MYSTERY_CAUSES))
     svc = MysteryService(20_000 + seed, width=8, _cause=cause)
     out.append(("staging", cause, svc.replay(svc.staging_traffic(requests // 2, seed=seed))))
-    return out
+    cause = random.Random(f"at-limit-{seed}").choice(sorted(MYSTERY_CAUSES))
+    svc = MysteryService(30_000 + seed, width=8, _cause=cause)
+    limit = torch._dynamo.config.recompile_limit
+    out.append(("at the limit", cause, svc.replay(_at_the_limit(cause, requests, limit))))
+    return tuple(out)
 
 
 def check_diagnosis(diagnose, *, seed: int = 0, requests: int = 20) -> tuple[bool, str]:
@@ -158,7 +177,9 @@ def check_diagnosis(diagnose, *, seed: int = 0, requests: int = 20) -> tuple[boo
         return False, f"diagnose must be a function of one record, got {type(diagnose).__name__}"
     for kind, cause, rec in _hidden_records(seed, requests):
         try:
-            answer = diagnose(rec)
+            answer = call_answer(diagnose, copy.deepcopy(rec))
+        except AnswerRefused as e:
+            return False, str(e)
         except Exception as e:  # noqa: BLE001  (the learner's code; the error is feedback)
             return False, f"diagnose raised {type(e).__name__} on a hidden service's record: {str(e)[:120]}"
         if not (isinstance(answer, tuple) and len(answer) == 2):
@@ -170,14 +191,16 @@ def check_diagnosis(diagnose, *, seed: int = 0, requests: int = 20) -> tuple[boo
             return False, f"cause should be one of {', '.join(map(repr, MYSTERY_CAUSES))}, got {named!r}"
         truth = bool(rec.fell_back)
         if fell_back != truth:
-            return False, ("on a hidden service that never hit the limit, your diagnose says it fell back: "
-                           "read the record's calls, not an assumption" if not truth else
+            return False, ("on a hidden service that never fell back, your diagnose says it did (it compiled "
+                           + ("as many graphs as the limit allows, and not one more" if kind == "at the limit" else
+                              "a few graphs") + "): read the record's calls, not an assumption" if not truth else
                            "on a hidden service whose calls ran eagerly after the limit, your diagnose says they "
                            "did not: which calls ran no compiled graph?")
         if kind == "production" and named != cause:
             return False, (f"on a hidden service your diagnose named {named!r}, and that is not what varies there: "
                            "read which guard fails (every failed guard of a recompile, e.failures), not a fixed answer")
-    return True, "right on four services you had not seen: three that fell back, one that did not"
+    return True, ("right on five services you had not seen: three that fell back, one that never came near the "
+                  "limit, and one that reached it without falling back")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,7 +211,8 @@ def _probe(x: torch.Tensor) -> torch.Tensor:
     return torch.tanh(x) * 2 + 1
 
 
-def _measured_fallbacks(warm: Sequence[int], lengths: Sequence[int], limit: int) -> int:
+@functools.lru_cache(maxsize=64)  # a replay's outcome never changes within a process
+def _measured_fallbacks(warm: tuple, lengths: tuple, limit: int) -> int:
     """Requests of ``lengths`` that ran eagerly after a warm-up on ``warm``, measured: a tiny
     function compiled with ``dynamic=False`` under ``limit``, one call per length."""
     with quiet_dynamo_stderr(), Observer(_probe, dynamic=False, recompile_limit=limit) as obs:
@@ -198,6 +222,9 @@ def _measured_fallbacks(warm: Sequence[int], lengths: Sequence[int], limit: int)
 
 
 def _count_cases(seed: int) -> list[tuple[str, list[int], list[int], int]]:
+    """Hidden cases over the domain (a warm-up list, a traffic list, any limit of 1 or more), edges
+    first: lengths that come back, a warm-up with graphs of its own, a warm-up that repeats a length,
+    a warm-up with more lengths than the limit, a limit of 1, no traffic at all, then a random case."""
     rng = random.Random(f"count-{seed}")
     limit = rng.randint(3, 6)
     drawn = [rng.randint(2, 24) for _ in range(14)]
@@ -205,6 +232,10 @@ def _count_cases(seed: int) -> list[tuple[str, list[int], list[int], int]]:
         ("a case where lengths compiled before the limit come back after it", [], [5, 6, 7, 8, 5, 9, 8, 6, 7], 3),
         ("a case whose warm-up took graphs of its own", [10, 11], [12, 13, 10, 14, 12, 15], 4),
         ("a case with fewer distinct lengths than the limit", [3], [4, 5, 3, 4, 5], 5),
+        ("a case whose warm-up repeats a length", [7, 7, 9], [9, 10, 11, 7, 12, 10], 4),
+        ("a case whose warm-up has more lengths than the limit", [2, 3, 4, 5], [5, 2, 6, 3], 3),
+        ("a case with a limit of 1", [], [4, 4, 6, 4, 8], 1),
+        ("a case with no traffic after the warm-up", [3, 4], [], 2),
         (f"a randomly drawn case with limit {limit}", [rng.randint(2, 24)], drawn, limit),
     ]
 
@@ -216,37 +247,24 @@ def check_count(count_fallbacks, *, seed: int = 0) -> tuple[bool, str]:
         return False, "write count_fallbacks(warm, lengths, limit) first"
     if not callable(count_fallbacks):
         return False, f"count_fallbacks must be a function, got {type(count_fallbacks).__name__}"
-    for what, warm, lengths, limit in _count_cases(seed):
-        with _watch_compile() as compiled:
-            try:
-                got = count_fallbacks(list(warm), list(lengths), limit)
-            except Exception as e:  # noqa: BLE001
-                return False, f"count_fallbacks raised {type(e).__name__} on {what}: {str(e)[:120]}"
-        if compiled:
-            return False, ("count_fallbacks compiled something: count from the lengths alone, as you could before "
-                           "the traffic arrives")
-        if isinstance(got, bool) or not isinstance(got, int):
-            return False, f"count_fallbacks should return a whole number of requests, got {got!r}"
-        if got != _measured_fallbacks(warm, lengths, limit):
-            return False, f"your count differs from the replay on {what}"
-    return True, "your counts match the replays on four hidden cases, without compiling anything"
-
-
-@contextlib.contextmanager
-def _watch_compile():
-    """Within the block, note every call of ``torch.compile`` (the learner's or a library's)."""
-    calls: list[int] = []
-    original = torch.compile
-
-    def watched(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    torch.compile = watched
+    cases = _count_cases(seed)
+    truth = [_measured_fallbacks(tuple(w), tuple(ls), k) for _, w, ls, k in cases]  # measured before the answer runs
     try:
-        yield calls
-    finally:
-        torch.compile = original
+        with answering(count_fallbacks):
+            for (what, warm, lengths, limit), measured in zip(cases, truth):
+                try:
+                    got = count_fallbacks(list(warm), list(lengths), limit)
+                except AnswerRefused:
+                    raise
+                except Exception as e:  # noqa: BLE001
+                    return False, f"count_fallbacks raised {type(e).__name__} on {what}: {str(e)[:120]}"
+                if isinstance(got, bool) or not isinstance(got, int):
+                    return False, f"count_fallbacks should return a whole number of requests, got {got!r}"
+                if got != measured:
+                    return False, f"your count differs from the replay on {what}"
+    except AnswerRefused as e:
+        return False, f"{e} (count from the lengths alone, as you could before the traffic arrives)"
+    return True, f"your counts match the replays on {len(cases)} hidden cases, without compiling anything"
 
 
 def _graphs() -> int:
@@ -261,20 +279,34 @@ def _graphs() -> int:
 
 def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int = 1, max_compiles: int = 6,
               slowdown: float = 2.0) -> tuple[bool, str]:
-    """Exercise check: serve a fresh traffic sample through ``adapter`` and demand no fall-back,
-    every request on a compiled graph, at most ``max_compiles`` graphs, the right answers, and a
-    median latency no worse than ``slowdown`` times the unfixed service's."""
+    """Exercise check: serve a fresh traffic sample, and requests at the edges of its domain, through
+    ``adapter`` and demand no global setting changed, no fall-back, every request on a compiled graph,
+    at most ``max_compiles`` graphs, the right answers, and a median latency no worse than
+    ``slowdown`` times the unfixed service's."""
     if unanswered(adapter):
         return False, "write adapter(request) -> (x, temperature) first"
     if not callable(adapter):
         return False, f"adapter must be a function of one request, got {type(adapter).__name__}"
-    traffic = service.traffic(requests, seed=seed)
+    handed = (service.default_args, service.tensor)  # the service's own helpers, which the exercise hands out
     try:
-        fixed = service.replay(traffic, adapter, keep_outputs=True)
+        refuse_if(inspect_answer(adapter, allow=handed))
+    except AnswerRefused as e:
+        return False, str(e)
+    traffic = service.traffic(requests, seed=seed)
+    traffic += _edges(traffic, service)
+
+    def judged(request):  # each call inspected and watched: the replay's own isolation would hide a changed setting
+        return call_answer(adapter, request, allow=handed, what="your adapter")
+
+    try:
+        fixed = service.replay(traffic, judged, keep_outputs=True)
+    except AnswerRefused as e:
+        return False, f"{e}; it hides the cause instead of removing it"
     except Exception as e:  # noqa: BLE001  (the learner's adapter or the model; either is feedback)
         err = e.original if isinstance(e, ExperimentError) else e
         first = (str(err).strip().splitlines() or [""])[0][:150]
         return False, f"serving through your adapter raised {type(err).__name__}: {first}"
+    requests = len(traffic)
     wrong = 0
     for r, out in zip(traffic, fixed.outputs):  # type: ignore[attr-defined]
         ref = service.reference(r)
@@ -300,6 +332,16 @@ def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int
                        f"against {fmt_seconds(theirs)} before (pad less?)")
     return True, (f"{fixed.count} compile(s), no fall-back on {requests} fresh requests (before: {before.count} "
                   f"compiles, {len(before.fell_back)} fell back); typical request {fmt_seconds(ours)} vs {fmt_seconds(theirs)}")
+
+
+def _edges(traffic: Sequence[Request], service: MysteryService) -> list[Request]:
+    """Requests at the edges of the domain of whichever field varies in ``traffic`` (read from the
+    traffic, not from the service's hidden cause): the smallest and the largest length or batch, or
+    the lowest and highest temperature the service takes (0.5 and 1.5)."""
+    base = traffic[0]
+    varies = [f for f in ("length", "batch", "temperature") if len({getattr(r, f) for r in traffic}) > 1]
+    edges = {"length": (1, service.max_len), "batch": (1, service.max_batch), "temperature": (0.5, 1.5)}
+    return [Request(**{**vars(base), f: v}) for f in varies for v in edges[f]]
 
 
 def _steady_median(record: Record) -> float:
@@ -337,16 +379,37 @@ def _fresh_function(rng: random.Random) -> Callable:
 
 
 def _strict_inputs(rng: random.Random, distinct: int, width: int) -> tuple[list[torch.Tensor], int]:
-    """Inputs with ``distinct`` new shapes, each new shape after the second followed by a repeat of
-    an older one; returns the inputs and the index of the call with the last new shape."""
+    """Inputs with ``distinct`` new signatures (shape and dtype: under ``dynamic=False`` each is a
+    graph), each new one after the second followed by a repeat of an older one. The second new
+    input has the first one's shape in another dtype, so counting shapes is not counting graphs.
+    Returns the inputs and the index of the call with the last new signature."""
     sizes = rng.sample(range(2, 40), distinct)
+    sigs = [(n, torch.float32) for n in sizes]
+    if distinct >= 2:
+        sigs[1] = (sizes[0], torch.float64)
     out, last_new = [], 0
-    for j, n in enumerate(sizes):
-        out.append(torch.ones(n, width))
+    for j, (n, dtype) in enumerate(sigs):
+        out.append(torch.ones(n, width, dtype=dtype))
         last_new = len(out) - 1
         if j >= 1:
-            out.append(torch.ones(sizes[rng.randrange(j)], width))
+            m, d = sigs[rng.randrange(j)]
+            out.append(torch.ones(m, width, dtype=d))
     return out, last_new
+
+
+def _signature(x: torch.Tensor) -> tuple:
+    return tuple(x.shape), x.dtype
+
+
+def _raised_by_torch(e: BaseException) -> bool:
+    """Whether the innermost frame that raised ``e`` is torch's own code."""
+    import os
+
+    tb, last = e.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).startswith(
+        os.path.dirname(os.path.abspath(torch.__file__)))
 
 
 def _chain(e: BaseException) -> list[BaseException]:
@@ -366,6 +429,10 @@ def check_strict_runner(run_strictly, *, seed: int = 0) -> tuple[bool, str]:
         return False, "write run_strictly(fn, inputs) first"
     if not callable(run_strictly):
         return False, f"run_strictly must be a function, got {type(run_strictly).__name__}"
+    try:
+        refuse_if(inspect_answer(run_strictly))
+    except AnswerRefused as e:
+        return False, str(e)
     rng = random.Random(f"strict-{seed}")
     limit = rng.randint(3, 6)
     width = rng.randint(2, 5)
@@ -382,8 +449,9 @@ def check_strict_runner(run_strictly, *, seed: int = 0) -> tuple[bool, str]:
         compiled = _graphs() - graphs
         if compiled == 0:
             return False, "nothing was compiled: run_strictly must run fn through torch.compile"
-        if compiled != len({tuple(x.shape) for x in few}):
-            return False, "under the limit, run_strictly did not compile one graph per new shape (dynamic=False)"
+        if compiled != len({_signature(x) for x in few}):
+            return False, ("under the limit, run_strictly did not compile one graph per new input signature "
+                           "(shape and dtype, under dynamic=False)")
         torch.compiler.reset()
         many, at = _strict_inputs(rng, limit + 3, width)
         inputs = _Inputs(many)
@@ -392,19 +460,23 @@ def check_strict_runner(run_strictly, *, seed: int = 0) -> tuple[bool, str]:
         try:
             run_strictly(fn, inputs)
         except Exception as e:  # noqa: BLE001
-            if not any(isinstance(c, exc_type) for c in _chain(e)):
+            ours = [c for c in _chain(e) if isinstance(c, exc_type)]
+            if not ours:
                 return False, (f"it raised {type(e).__name__}, which is not torch's recompile-limit error "
                                f"({exc_type.__name__}): let torch raise it, do not count shapes yourself")
+            if not _raised_by_torch(ours[0]):
+                return False, (f"{exc_type.__name__} was raised by your code, not by torch: let torch count the "
+                               "graphs (a new dtype is a new graph too), do not count shapes yourself")
             if _graphs() - graphs != limit:
                 return False, "it raised, but not after compiling exactly as many graphs as the limit allows"
             first_past = [i for i, x in enumerate(many)
-                          if len({tuple(y.shape) for y in many[: i + 1]}) > limit][0]
+                          if len({_signature(y) for y in many[: i + 1]}) > limit][0]
             if inputs.taken != first_past:
                 return False, ("it raised at another call than the first one that needed a graph past the limit "
-                               "(calls that repeat a compiled shape are fine)")
+                               "(calls that repeat a compiled shape and dtype are fine)")
         else:
-            return False, ("inputs with more new shapes than the limit went through without an error: the limit "
-                           "was hit silently")
+            return False, ("inputs with more new shapes and dtypes than the limit went through without an error: "
+                           "the limit was hit silently")
         leaked = [d for d in before.differences(snapshot())
                   if d.startswith("torch._dynamo.config") or d.startswith("stance")]
     if leaked:
@@ -455,6 +527,11 @@ def serve_pattern(lengths: Sequence[int], fix: str, max_len: int):
     """Replay ``lengths`` under a fix (a key of ``FIXES``) through a tiny model; the ``ServeReport``."""
     if fix not in FIXES:
         raise ValueError(f"{fix!r} is not a fix; choose from {', '.join(FIXES)}")
+    return copy.deepcopy(_served_pattern(tuple(lengths), fix, max_len))
+
+
+@functools.lru_cache(maxsize=32)  # a replay's counts never change within a process; callers get copies
+def _served_pattern(lengths: tuple, fix: str, max_len: int):
     policy = fix_policy(fix, raised_limit=max_len + 1)
     with quiet_dynamo_stderr(), cpu_threads(1):
         return replay(lambda x: torch.tanh(x) * 2 + 1, list(lengths), make_input=lambda n: torch.ones(1, n, 4),

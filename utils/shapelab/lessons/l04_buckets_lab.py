@@ -13,16 +13,15 @@ is wrong in the learner's terms without printing the value they were asked to fi
 - ``check_choose_policy``: the cheapest policy and its total, recomputed, on hidden scenarios
   given as plain tuples (no cost method to borrow).
 
-Every check also refuses an answer that reaches into the course library (``library_calls``).
+Every check also refuses an answer that takes a shortcut (``labkit.answers.inspect_answer``: the course
+library, the grader's data, a module reached by name, default arguments and closures included).
 """
 from __future__ import annotations
 
-import inspect
 import math
 import random
 import statistics
 import time
-import types
 from collections import namedtuple
 from typing import Callable, Sequence
 
@@ -30,66 +29,53 @@ import torch
 
 from ..instruments.bucketing import check_bucket_set, expected_waste, optimal_buckets
 from ..instruments.traffic import request_lengths
+from ..labkit.answers import _CONFIG_MODULES, inspect_answer, settings_now, watch_settings
 
 Policy = namedtuple("Policy", "name graphs compile_s per_request_s")
 Policy.__doc__ = "A serving policy as the lab hands it over: graphs, seconds per compile, seconds per request."
 
 
-# --- answers that come from the shelf ------------------------------------------------------------
+# --- answers that take a shortcut ----------------------------------------------------------------
 
-def library_calls(fn: Callable) -> list[str]:
-    """Names through which ``fn`` (or a function of the learner's that it calls) reaches the course library.
+def settings_off_default() -> list[str]:
+    """Every global compiler setting (the configs ``labkit.answers`` watches, and the stance) that is not at
+    its default now, as ``name = value`` lines; a default the environment sets (``TORCH*`` variables) counts
+    as the default. ``watch_settings`` sees what changes inside it; this also sees a switch set earlier in
+    the notebook. (Labs 05 and 06 use it too; it belongs in ``labkit.answers``, reported for the merge.)"""
+    import importlib
 
-    Follows global names, attribute roots (``S.next_pow2`` reaches ``S``), closures and nested
-    functions; an ``import shapelab`` inside the function counts too.
-    """
-    found: list[str] = []
-    seen: set = set()
+    from torch.utils._config_module import _UNSET_SENTINEL
 
-    def flag(obj, name: str, owner_module: str | None) -> None:
-        if obj is None:
-            return
-        if isinstance(obj, types.ModuleType):
-            if obj.__name__.split(".")[0] == "shapelab":
-                found.append(name)
-            return
-        module = getattr(obj, "__module__", None) or ""
-        if module.split(".")[0] == "shapelab":
-            found.append(name)
-        elif inspect.isfunction(obj) and module == owner_module:
-            visit(obj)
-
-    def visit(f) -> None:
-        code = getattr(f, "__code__", None)
-        if code is None or code in seen:
-            return
-        seen.add(code)
-        glb = getattr(f, "__globals__", {})
-
-        def walk(co) -> None:
-            for name in co.co_names:
-                if name == "shapelab":
-                    found.append(name)
-                flag(glb.get(name), name, getattr(f, "__module__", None))
-            for const in co.co_consts:
-                if isinstance(const, types.CodeType):
-                    walk(const)
-
-        walk(code)
-        for name, cell in zip(code.co_freevars, f.__closure__ or ()):
-            try:
-                flag(cell.cell_contents, name, getattr(f, "__module__", None))
-            except ValueError:  # an empty cell
-                pass
-
-    visit(fn)
-    return sorted(set(found))
+    out = []
+    for key, value in settings_now().items():
+        if key == "the compiler stance":
+            if value[0] != "default":
+                out.append(f"the compiler stance = {value[0]!r}")
+            continue
+        module_name = next((m for m in _CONFIG_MODULES if key.startswith(m + ".")), None)
+        entry = importlib.import_module(module_name)._config.get(key[len(module_name) + 1:]) if module_name else None
+        if entry is None or entry.alias is not None:
+            continue
+        default = entry.default
+        for env in (entry.env_value_default, entry.env_value_force):
+            if env is not _UNSET_SENTINEL:
+                default = env
+        try:
+            same = default is _UNSET_SENTINEL or bool(value == default)
+        except Exception:  # values that cannot be compared count as unchanged
+            same = True
+        if not same:
+            out.append(f"{key} = {value!r}")
+    return out
 
 
 def _shelf(fn: Callable, what: str) -> str | None:
-    names = library_calls(fn)
-    if names:
-        return (f"your {what} calls the course library ({', '.join(names)}): the lab is about writing it yourself, "
+    """Why ``fn`` is not the learner's own answer (the course library, a grader's data, a module reached
+    by name, another compile entry point), read from its code, defaults, closures and helpers; or None."""
+    problems = inspect_answer(fn)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        return (f"your {what} takes a shortcut: {problems[0]}{more}. The lab is about writing it yourself, "
                 "with plain Python and PyTorch")
     return None
 
@@ -114,10 +100,20 @@ def _int_answer(call: str, got) -> str | None:
     return None
 
 
+def _lengths(L: int) -> list[int]:
+    """Every length 1..L; for a large L the edges only: 1, 2, L-1, L and each power of two with its neighbours."""
+    if L <= 4096:
+        return list(range(1, L + 1))
+    edges = {1, 2, L - 1, L} | {p + d for k in range(1, L.bit_length()) for p in [1 << k] for d in (-1, 0, 1)}
+    return sorted(n for n in edges if 1 <= n <= L)
+
+
 def pow2_cases(rng: random.Random | None = None) -> list[tuple[int, int]]:
-    """Hidden (L, smallest) cases: powers of two and their neighbours, odd Ls, floors from 1 up."""
+    """Hidden (L, smallest) cases, edges first: L = 1, smallest = L, L a power of two and its neighbours,
+    odd Ls, floors from 1 up, one L past a million (its edge lengths); then drawn ones."""
     rng = rng or random.Random()
-    fixed = [(64, 1), (1024, 16), (100, 8), (65, 64), (3, 2), (1, 1)]
+    fixed = [(1, 1), (2, 2), (16, 16), (17, 16), (64, 1), (1024, 16), (100, 8), (65, 64), (3, 2), (1 << 20, 4),
+             ((1 << 21) + 3, 1)]
     drawn = []
     for _ in range(4):
         L = rng.randint(2, 3000)
@@ -136,7 +132,7 @@ def check_pow2_bucket(fn: Callable, cases: Sequence[tuple[int, int]] | None = No
         return False, why
     cases = list(cases or pow2_cases())
     for L, smallest in cases:
-        for n in range(1, L + 1):
+        for n in _lengths(L):
             call = f"pow2_bucket(n={n}, L={L}, smallest={smallest})"
             got = fn(n, L, smallest)
             if (why := _int_answer(call, got)):
@@ -156,9 +152,10 @@ def check_pow2_bucket(fn: Callable, cases: Sequence[tuple[int, int]] | None = No
 
 
 def multiple_cases(rng: random.Random | None = None) -> list[tuple[int, int]]:
-    """Hidden (k, L) cases: L a multiple of k or not, k = 1, k larger than L."""
+    """Hidden (k, L) cases, edges first: k = 1, k = L, k larger than L, L a multiple of k or one past it,
+    L = 1, one L past a million; then drawn ones."""
     rng = rng or random.Random()
-    fixed = [(8, 64), (128, 1000), (128, 1024), (1, 17), (50, 30), (7, 7)]
+    fixed = [(1, 1), (1, 17), (7, 7), (8, 9), (50, 30), (8, 64), (128, 1000), (128, 1024), (1000, 1 << 20)]
     drawn = [(rng.randint(2, 300), rng.randint(2, 2500)) for _ in range(4)]
     return fixed + drawn
 
@@ -169,7 +166,7 @@ def check_multiple_bucket(fn: Callable, cases: Sequence[tuple[int, int]] | None 
         return False, why
     cases = list(cases or multiple_cases())
     for k, L in cases:
-        for n in range(1, L + 1):
+        for n in sorted(set(_lengths(L)) | {m for m in (k - 1, k, k + 1, L // k * k) if 1 <= m <= L}):
             call = f"multiple_bucket(n={n}, k={k}, L={L})"
             got = fn(n, k, L)
             if (why := _int_answer(call, got)):
@@ -187,32 +184,61 @@ def check_multiple_bucket(fn: Callable, cases: Sequence[tuple[int, int]] | None 
 
 # --- exercise 3: the masked mean -----------------------------------------------------------------
 
-def _masked_batches(rng: random.Random, max_len: int, features: int, fills: Sequence[float]):
-    """Hidden batches: rows of different real lengths, padded to the power of two of the longest,
-    the padding filled with ``fill``. Yields ``(x, mask, reference, padded, fill)``."""
-    gen = torch.Generator().manual_seed(rng.randrange(2 ** 31))
-    rows = rng.randint(2, 4)  # one batch size per check: dynamic=False would give each its own graph too
-    for i in range(10):
+DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-9, torch.bfloat16: 3e-2}
+
+
+def masked_batch_specs(rng: random.Random, max_len: int, features: int) -> list[dict]:
+    """Hidden batches over the whole promised domain, edges first: one row of one token; a batch of one
+    row; rows with no padding; left padding (padding first), right padding and both in one batch;
+    every dtype; padding of 7s, -1000s and zeros. Then drawn batches. Each spec says what a batch is."""
+    full = max_len
+    fixed = [
+        dict(lengths=[1], padded=1, sides="R", dtype=torch.float32, fill=7.0, features=1),
+        dict(lengths=[3], padded=4, sides="L", dtype=torch.float32, fill=7.0, features=features),
+        dict(lengths=[1, full, 5], padded=full, sides="LLL", dtype=torch.float32, fill=-1000.0, features=features),
+        dict(lengths=[full, full], padded=full, sides="RL", dtype=torch.float64, fill=7.0, features=features),
+        dict(lengths=[2, 7, 1, 8], padded=8, sides="RLRL", dtype=torch.float64, fill=-1000.0, features=features),
+        dict(lengths=[5, 1], padded=8, sides="LR", dtype=torch.bfloat16, fill=7.0, features=features),
+        dict(lengths=[3, 2], padded=4, sides="RR", dtype=torch.float32, fill=0.0, features=features),
+    ]
+    drawn = []
+    for _ in range(5):
+        rows = rng.randint(1, 4)
         lengths = [rng.randint(1, max_len) for _ in range(rows)]
-        padded = min(1 << (max(lengths) - 1).bit_length(), max_len)
-        fill = fills[i % len(fills)]
-        x = torch.full((rows, padded, features), float(fill))
-        reference = []
-        for r, n in enumerate(lengths):
-            real = torch.randn(n, features, generator=gen) * 3 + rng.uniform(-2, 2)
-            x[r, :n] = real
-            reference.append(real.mean(0))
-        mask = torch.arange(padded)[None, :] < torch.tensor(lengths)[:, None]
-        yield x, mask, torch.stack(reference), padded, fill, lengths
+        drawn.append(dict(lengths=lengths, padded=min(1 << (max(lengths) - 1).bit_length(), max_len),
+                          sides="".join(rng.choice("LR") for _ in range(rows)), dtype=rng.choice(DTYPES),
+                          fill=rng.choice((7.0, -1000.0, 0.0, round(rng.uniform(-50, 50), 2))), features=features))
+    return fixed + drawn
+
+
+def masked_batch(spec: dict, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(x, mask, reference)``: the padded batch, its mask, and the mean of each row's real tokens in float64."""
+    rows, padded, feats = len(spec["lengths"]), spec["padded"], spec["features"]
+    x = torch.full((rows, padded, feats), spec["fill"], dtype=spec["dtype"])
+    mask = torch.zeros(rows, padded, dtype=torch.bool)
+    for r, (n, side) in enumerate(zip(spec["lengths"], spec["sides"])):
+        where = slice(0, n) if side == "R" else slice(padded - n, padded)
+        x[r, where] = (torch.randn(n, feats, generator=gen) * 3 + 1.5).to(spec["dtype"])
+        mask[r, where] = True
+    reference = (x.double() * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+    return x, mask, reference
+
+
+def _describe_batch(spec: dict) -> str:
+    sides = {"R": "right", "L": "left"}
+    side = " and ".join(sorted({sides[c] for c in spec["sides"]}, reverse=True))
+    return (f"a {str(spec['dtype']).replace('torch.', '')} batch of {len(spec['lengths'])} row(s) with real lengths "
+            f"{spec['lengths']}, padded on the {side} to {spec['padded']} with {spec['fill']:g}s")
 
 
 def check_masked_mean(fn: Callable, max_len: int = 32, *, features: int = 3, seed: int | None = None) -> tuple[bool, str]:
-    """Compile ``fn(x, mask)`` with ``dynamic=False`` and run it on hidden batches.
+    """Compile ``fn(x, mask)`` with ``dynamic=False`` and run it on hidden batches over the stated domain.
 
-    Passes when every row's result equals the mean of its real tokens, whatever the padding
-    holds (7s, large negative numbers, zeros), and when it compiled one graph per padded size:
-    a Python int taken from the mask (``int(mask.sum())``) breaks the graph and specialises on each
-    length, which shows as more graphs.
+    Passes when every row's result equals the mean of its real tokens, in ``x``'s dtype, whatever
+    side the padding is on and whatever it holds; and when the check's compile made exactly one graph
+    per distinct input (shape and dtype) with no graph break: a Python int taken from the mask
+    (``int(mask.sum())``, ``.item()``, a slice by it) breaks the graph or specialises on each length.
     """
     from torch._dynamo.testing import CompileCounter
 
@@ -220,44 +246,66 @@ def check_masked_mean(fn: Callable, max_len: int = 32, *, features: int = 3, see
 
     if (why := _unanswered(fn) or _shelf(fn, "masked_mean")):
         return False, why
+    if (changed := settings_off_default()):
+        return False, (f"a global compiler setting is changed ({'; '.join(changed)}): that changes every model in "
+                       "the process, and the mean needs none; put it back (restart the kernel)")
     rng = random.Random(seed)
-    fills = [7.0, -1000.0, 0.0, 7.0]
-    sizes = set()
-    with isolated(), torch.no_grad():
+    gen = torch.Generator().manual_seed(rng.randrange(2 ** 31))
+    signatures = set()
+    with isolated(), torch.no_grad(), watch_settings() as changed:
         cnt = CompileCounter()
         compiled = torch.compile(fn, dynamic=False, backend=cnt, recompile_limit=4 * max_len)
-        for x, mask, reference, padded, fill, lengths in _masked_batches(rng, max_len, features, fills):
-            sizes.add(padded)
+        for spec in masked_batch_specs(rng, max_len, features):
+            x, mask, reference = masked_batch(spec, gen)
+            signatures.add((tuple(x.shape), x.dtype))
+            where = _describe_batch(spec)
             try:
                 got = compiled(x, mask)
             except Exception as e:  # noqa: BLE001 - a learner's function may fail in any way
-                text = str(e).splitlines()[0][:200]
-                return False, f"your masked_mean raised {type(e).__name__} when compiled: {text}"
-            where = f"a batch of {len(lengths)} row(s) with real lengths {lengths}, padded to {padded}"
+                text = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+                return False, f"your masked_mean raised {type(e).__name__} when compiled, for {where}: {text}"
             if not isinstance(got, torch.Tensor):
                 return False, f"for {where} your masked_mean returned {type(got).__name__}, not a tensor"
             if tuple(got.shape) != tuple(reference.shape):
                 return False, (f"for {where} the result has shape {tuple(got.shape)}: one mean per row and feature, "
-                               "(batch, features), is asked for")
-            if not torch.allclose(got.float(), reference, atol=1e-4, rtol=1e-4):
-                if fill != 0.0:
-                    return False, (f"your mean changes when the padding holds {fill:g}s ({where}): "
+                               "(batch, features), is asked for, also for a batch of one row")
+            if got.dtype != x.dtype:
+                return False, (f"for {where} the result is {str(got.dtype).replace('torch.', '')}: keep x's dtype "
+                               "(weights made with .float() promote a float64 or bfloat16 batch)")
+            tol = _TOLERANCE[x.dtype]
+            if not torch.allclose(got.double(), reference, atol=tol, rtol=tol):
+                first = torch.stack([x[r, :n].double().mean(0) for r, n in enumerate(spec["lengths"])])
+                if "L" in spec["sides"] and torch.allclose(got.double(), first, atol=tol, rtol=tol):
+                    return False, (f"your mean is not the mean of the real tokens for {where}: the real tokens are "
+                                   "wherever the mask is True, not always the first ones")
+                if spec["fill"] != 0.0:
+                    return False, (f"your mean changes when the padding holds {spec['fill']:g}s ({where}): "
                                    "the padded positions still count, in the sum or in the divisor")
-                return False, f"for {where} (zero padding) your mean differs from the mean of the real tokens"
-    if cnt.frame_count != len(sizes):
-        return False, (f"right values, but not one graph per padded size ({cnt.frame_count} graph(s) for {len(sizes)} "
-                       "sizes): something takes a "
-                       "Python value from the real lengths (int(), .item(), a slice by it) instead of using the mask "
-                       "in arithmetic")
-    return True, f"equal to the mean of the real tokens on hidden batches (padding 7s, -1000s, zeros); one graph per padded size"
+                return False, f"for {where} your mean differs from the mean of the real tokens"
+        breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+    if changed:
+        return False, (f"your masked_mean changed a global setting ({'; '.join(changed)}): that changes every model "
+                       "in the process; the mean needs none")
+    if breaks or cnt.frame_count != len(signatures):
+        return False, (f"right values, but not one whole graph per input shape ({cnt.frame_count} graph(s), "
+                       f"{breaks} graph break(s) for {len(signatures)} shapes): something takes a Python value from "
+                       "the real lengths (int(), .item(), a slice by it) instead of using the mask in arithmetic")
+    return True, (f"equal to the mean of the real tokens on {len(signatures)} hidden batches (padding on either side, "
+                  "7s, -1000s and zeros in it, one row to four, every dtype), in x's dtype; one graph per shape")
 
 
 # --- exercise 4: choosing buckets ----------------------------------------------------------------
 
 def bucket_samples(rng: random.Random | None = None) -> list[tuple[list[int], int, int, str]]:
-    """Hidden traffic samples: ``(lengths, L, budget, description)``."""
+    """Hidden traffic samples ``(lengths, L, budget, description)``, edges first: a budget of 1; one
+    length only (the budget larger than the lengths); every request at L; a budget larger than the
+    distinct lengths; no request at L; then drawn traffic."""
     rng = rng or random.Random()
-    out = []
+    out = [([rng.randint(1, 60) for _ in range(40)], 64, 1, "40 requests, L = 64, a budget of 1"),
+           ([17] * 30, 64, 8, "30 requests all of one length, L = 64, a budget of 8"),
+           ([50] * 12, 50, 3, "12 requests all at L = 50, a budget of 3"),
+           ([3, 9, 9, 30, 41, 41, 41], 100, 6, "7 requests of 4 lengths, L = 100, a budget of 6"),
+           ([rng.randint(1, 40) for _ in range(60)], 200, 4, "60 short requests, none near L = 200, a budget of 4")]
     for dist, L, budget in (("lognormal", 200, 5), ("uniform", 150, 3), ("few", 120, 4), ("lognormal", 300, 8)):
         lengths = request_lengths(rng.randint(150, 400), L, dist, seed=rng.randrange(10 ** 6))
         out.append((lengths, L, budget, f"{len(lengths)} {dist} requests, L = {L}, a budget of {budget}"))
@@ -271,8 +319,12 @@ def check_choose_buckets(choose: Callable, sample: Sequence[int], max_len: int, 
     wasted tokens per request, which the check recomputes."""
     if (why := _unanswered(choose) or _shelf(choose, "choose_buckets")):
         return False, why
-    for lengths, L, b, what in list(hidden or bucket_samples()) + [(list(sample), max_len, budget, "the lab's sample")]:
-        got = choose(list(lengths), L, b)
+    samples = list(hidden or bucket_samples()) + [(list(sample), max_len, budget, "the lab's sample")]
+    for lengths, L, b, what in samples:
+        try:
+            got = choose(list(lengths), L, b)
+        except Exception as e:  # noqa: BLE001 - a learner's search may fail on an edge of the domain
+            return False, f"choose_buckets raised {type(e).__name__} for {what}: {str(e)[:160]}"
         if got is None or got is Ellipsis:
             return False, f"choose_buckets returned {got!r} for {what}: return a list of bucket sizes"
         try:
@@ -295,19 +347,24 @@ def check_choose_buckets(choose: Callable, sample: Sequence[int], max_len: int, 
     if not math.isclose(my_waste, expected_waste(mine, sample, max_len), rel_tol=1e-3, abs_tol=1e-3):
         return False, ("my_waste is not the mean wasted tokens per request of my_buckets on the sample: "
                        "compute it from the sample (each request runs at the smallest bucket that holds it)")
-    return True, "the least waste on the lab's sample and on 4 hidden samples, and the waste you report is right"
+    return True, (f"the least waste on the lab's sample and on {len(samples) - 1} hidden samples (budgets from 1, "
+                  "one length only, all at L), and the waste you report is right")
 
 
 # --- exercise 5: measuring and choosing a policy -------------------------------------------------
 
 class SlowFirstCall:
     """A stand-in for a compiled function: the first call takes ``first_s`` (the compile), every
-    later one ``each_s`` of sleeping. Its cost is known only by calling it."""
+    later one ``each_s`` of sleeping. Its cost is known only by calling it, with the arguments it
+    was handed over with (``expects``): like a compiled model, it refuses other arguments."""
 
-    def __init__(self, first_s: float, each_s: float):
-        self._first, self._each, self._calls = first_s, each_s, 0
+    def __init__(self, first_s: float, each_s: float, expects: tuple = ()):
+        self._first, self._each, self._calls, self._expects = first_s, each_s, 0, expects
 
     def __call__(self, *args):
+        if len(args) != len(self._expects) or any(a is not b for a, b in zip(args, self._expects)):
+            raise TypeError(f"the workload takes the {len(self._expects)} argument(s) it was given, "
+                            f"got {len(args)} other(s)")
         time.sleep(self._first if self._calls == 0 else self._each)
         self._calls += 1
         return args[0] if args else None
@@ -329,13 +386,19 @@ def check_per_request_seconds(timer: Callable, workloads: Sequence[tuple[float, 
     slow; each answer is compared with the check's own re-measurement of the same workload."""
     if (why := _unanswered(timer) or _shelf(timer, "per_request_seconds")):
         return False, why
-    x = torch.zeros(2, 3)
+    args = (torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
     answers = []
     for first_s, each_s in random.sample(list(workloads), len(workloads)):
-        got = timer(SlowFirstCall(first_s, each_s), x)
+        try:
+            got = timer(SlowFirstCall(first_s, each_s, args), *args)
+        except TypeError as e:
+            if "the workload takes" in str(e):
+                return False, ("your timer called the function without the arguments it was given: "
+                               "call fn(*args), as a request would")
+            raise
         if got is None or got is Ellipsis or isinstance(got, bool) or not isinstance(got, (int, float)):
             return False, f"per_request_seconds returned {got!r}: return the seconds per call, a number"
-        truth = _steady_median(SlowFirstCall(first_s, each_s), (x,))
+        truth = _steady_median(SlowFirstCall(first_s, each_s, args), args)
         answers.append(got)
         if got > truth * tolerance:
             return False, ("on a hidden workload your timing is far above what one call costs once warm: "

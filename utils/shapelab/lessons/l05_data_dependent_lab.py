@@ -2,8 +2,12 @@
 
 Every check returns ``(passed, message)``; messages name what went wrong in the learner's terms
 and never print the value the learner was asked to find. The references the checks compare
-against live here, private, and notice when the learner's code calls them (``_shortcut``): a
-reference is not an answer.
+against live here, private; an answer that reaches them (or the course library, or a module by
+name) is refused by reading it (``labkit.answers.inspect_answer``) and, should a call slip past,
+when it runs (``_shortcut``): a reference is not an answer. An answer that changes a global
+compiler setting, in its code or before the check, is refused too. Hidden cases reach the edges
+of each exercise's stated domain: one row, every row or none kept, float64, batches of several
+sizes, one token, one expert, batches of unequal length.
 
 - ``check_fixed_shape(normalise_dense)``: a fixed-shape rewrite of "keep the rows whose score
   passes, scaled to unit length", judged on other seeds, sizes and thresholds, unkept rows that
@@ -27,7 +31,9 @@ import torch
 import torch.nn.functional as F
 
 from ..instruments.observe import ExperimentError
+from ..labkit.answers import inspect_answer, watch_settings
 from ..labkit.checks import unanswered
+from .l04_buckets_lab import settings_off_default  # to move to labkit.answers (reported for the merge)
 from .l05_data_dependent import observe_run
 
 # --- the references, and how the checks notice a learner calling them ---------------------------------
@@ -60,6 +66,34 @@ def _learner_code():
 def _shortcut(used: list[str]) -> str:
     return (f"your answer calls the lab's own reference ({', '.join(sorted(set(used)))}); "
             "the checks compare against it, so it cannot be the answer: write it yourself")
+
+
+def _settings_message(changed: list[str]) -> str:
+    return (f"a global compiler setting is changed ({'; '.join(changed)}): that changes every model in the process "
+            "and hides what your code does; put it back (restart the kernel) and fix the code itself")
+
+
+def _refusal(candidate: Callable, what: str) -> str:
+    """Why the check will not judge ``candidate``: a shortcut in its code or a changed setting; "" if none."""
+    problems = inspect_answer(candidate)
+    if problems:
+        return f"{what} takes a shortcut: {problems[0]}; write it yourself, with PyTorch"
+    changed = settings_off_default()
+    return _settings_message(changed) if changed else ""
+
+
+@contextlib.contextmanager
+def _watched(what: str):
+    """Run learner code with calls to the references recorded and global settings watched; yields the
+    list of problems found (filled on exit)."""
+    problems: list[str] = []
+    with _learner_code() as used, watch_settings() as changed:
+        yield problems
+    if used:
+        problems.append(_shortcut(used))
+    if changed:
+        problems.append(f"{what} changed a global setting ({'; '.join(changed)}): that changes every model in the "
+                        "process; the fix belongs in your code")
 
 
 def _first_line(e: BaseException) -> str:
@@ -99,14 +133,14 @@ def _normalise_kept(x, scores, t):
 
 
 def _selection_variants() -> list[tuple[str, torch.Tensor, torch.Tensor, float]]:
-    """Hidden cases: other seeds, sizes and thresholds; a zero row that is not kept; a score exactly at t."""
-    cases = []
-    for seed, (rows, dim), t in ((11, (64, 8), 0.5), (12, (37, 5), 0.3), (13, (128, 3), 0.75), (14, (20, 6), 0.9)):
-        gen = torch.Generator().manual_seed(seed)
-        x = torch.randn(rows, dim, generator=gen) * 3 + 0.5
-        scores = torch.rand(rows, generator=gen)
-        cases.append((f"{rows} rows, threshold {t}", x, scores, t))
-    gen = torch.Generator().manual_seed(15)
+    """Hidden cases over the stated domain, edges first: one row of one feature; every row passing (a
+    threshold below every score); no row passing; a zero row that is not kept; scores exactly at t;
+    a float64 batch; then other seeds, sizes and thresholds."""
+    gen = torch.Generator().manual_seed(10)
+    cases = [("one row of one feature, kept", torch.tensor([[-2.5]]), torch.tensor([0.9]), 0.5),
+             ("every row passes (a threshold below every score)", torch.randn(9, 3, generator=gen),
+              torch.rand(9, generator=gen), -0.25),
+             ("a batch where no row passes", torch.randn(12, 4, generator=gen), torch.zeros(12), 0.5)]
     x, scores = torch.randn(16, 4, generator=gen), torch.rand(16, generator=gen)
     x[3] = 0.0
     scores[3] = 0.1                       # an all-zero row that is not kept: its norm is 0
@@ -114,28 +148,39 @@ def _selection_variants() -> list[tuple[str, torch.Tensor, torch.Tensor, float]]
     x, scores = torch.randn(16, 4, generator=gen), torch.rand(16, generator=gen)
     scores[[2, 9]] = 0.5                  # exactly at the threshold: "passes" means strictly greater
     cases.append(("scores exactly equal to the threshold", x, scores, 0.5))
-    x, scores = torch.randn(12, 4, generator=gen), torch.zeros(12)
-    cases.append(("a batch where no row passes", x, scores, 0.5))
+    x, scores = torch.randn(24, 5, generator=gen, dtype=torch.float64), torch.rand(24, generator=gen, dtype=torch.float64)
+    x[4] = 0.0
+    cases.append(("a float64 batch", x, scores, 0.4))
+    for seed, (rows, dim), t in ((11, (64, 8), 0.5), (12, (37, 5), 0.3), (13, (128, 3), 0.75), (14, (20, 6), 0.9)):
+        gen = torch.Generator().manual_seed(seed)
+        x = torch.randn(rows, dim, generator=gen) * 3 + 0.5
+        scores = torch.rand(rows, generator=gen)
+        cases.append((f"{rows} rows, threshold {t}", x, scores, t))
     return cases
 
 
 def check_fixed_shape(candidate: Callable) -> tuple[bool, str]:
-    """Exercise 1: ``candidate(x, scores, t)`` returns ``x.shape``; kept rows (score > t) at unit length,
-    in place; every other row zero; one static graph under ``fullgraph=True``."""
+    """Exercise 1: ``candidate(x, scores, t)`` returns ``x.shape`` in ``x``'s dtype; kept rows (score > t)
+    at unit length, in place; every other row zero; one static graph under ``fullgraph=True``."""
     if _is_stub(candidate):
         return False, "no function yet: write normalise_dense"
+    if (why := _refusal(candidate, "normalise_dense")):
+        return False, why
     for label, x, scores, t in _selection_variants():
         keep = scores > t
-        with _learner_code() as used:
+        with _watched("normalise_dense") as problems:
             out = candidate(x.clone(), scores.clone(), t)
-        if used:
-            return False, _shortcut(used)
+        if problems:
+            return False, problems[0]
         if out is None or out is Ellipsis:
             return False, "your function returned nothing yet: write its body"
         if not isinstance(out, torch.Tensor) or out.shape != x.shape:
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             return False, (f"case '{label}': the output has shape {shape}; a fixed shape keeps one row per input "
                            "row, as x does")
+        if out.dtype != x.dtype:
+            return False, (f"case '{label}': the output is {str(out.dtype).replace('torch.', '')}, x is "
+                           f"{str(x.dtype).replace('torch.', '')}: keep x's dtype (zeros made without it are float32)")
         rest = out[~keep]
         if not bool(torch.isfinite(out).all()):
             where = "rows that are not kept" if bool(torch.isfinite(out[keep]).all()) else "kept rows"
@@ -158,8 +203,8 @@ def check_fixed_shape(candidate: Callable) -> tuple[bool, str]:
         return False, _shortcut(used)
     if problem:
         return False, problem
-    return True, (f"right on {len(_selection_variants())} hidden cases (zero rows, ties at the threshold, "
-                  "empty selections) and one static graph for batches with different data")
+    return True, (f"right on {len(_selection_variants())} hidden cases (one row, every row kept, none kept, zero rows, "
+                  "ties at the threshold, float64) and one static graph for batches with different data")
 
 
 # --- exercise 2: a promise with torch._check -----------------------------------------------------------
@@ -182,62 +227,82 @@ def _first_four(x, scores, threshold):
     return kept[:4].sum(0) if kept.shape[0] >= 4 else kept.sum(0)
 
 
+def promise_batches(at_least: int) -> list[tuple[int, list[int]]]:
+    """Hidden batches over the stated domain, edges first, as ``(rows, [kept per batch])``: batches that
+    keep exactly the guaranteed minimum and batches that keep every row (none dropped), batch sizes
+    from the minimum itself to more than any batch shown."""
+    return [(40, [at_least + 6, at_least, 40, at_least + 1, 38]),
+            (at_least, [at_least, at_least]),
+            (97, [97, at_least, 60])]
+
+
 def check_promise(candidate: Callable, threshold: float, at_least: int = 4) -> tuple[bool, str]:
     """Exercise 2: ``candidate(x, scores)`` is "sum of the first four kept rows" plus one ``torch._check``.
 
-    The workload guarantees at least ``at_least`` rows pass ``threshold``. Passes when, in a fresh
-    compile state under ``fullgraph=True``, it compiles one graph for batches that keep exactly
-    ``at_least``, a few more and many rows (so a promise of more than the guarantee fails at run
-    time), the compiler's range for ``u0`` starts at ``at_least``, and results equal the original's.
+    The workload guarantees at least ``at_least`` rows pass ``threshold``, and nothing more: a batch may
+    keep every row, and batches come in any size. Passes when, for each batch size, in a fresh compile
+    state under ``fullgraph=True``, it compiles one graph for batches that keep exactly ``at_least``,
+    a few more and every row (so a promise of more than the guarantee, a lower bound too high or an
+    upper bound of any kind, fails at run time), the compiler's range for ``u0`` starts at ``at_least``,
+    and results equal the original's.
     """
     if _is_stub(candidate):
         return False, "no function yet: copy the function and add the promise"
-    rows, dim = 40, 5
-    kept_counts = (at_least + 6, at_least, at_least + 1, rows - 2)
-    calls = [_batch_keeping(rows, dim, k, threshold, seed=30 + i) for i, k in enumerate(kept_counts)]
-    with _learner_code() as used:
-        out = candidate(*calls[0])
-    if used:
-        return False, _shortcut(used)
+    if (why := _refusal(candidate, "your function")):
+        return False, why
+    dim, seed = 5, 30
+    groups = []
+    for rows, kept_counts in promise_batches(at_least):
+        calls = []
+        for k in kept_counts:
+            calls.append(_batch_keeping(rows, dim, k, threshold, seed=seed))
+            seed += 1
+        groups.append((rows, kept_counts, calls))
+    with _watched("your function") as problems:
+        out = candidate(*groups[0][2][0])
+    if problems:
+        return False, problems[0]
     if out is None or out is Ellipsis:
         return False, "your function returned nothing: keep the original body and add the promise"
-    try:
-        with _learner_code() as used:
-            run = observe_run(candidate, calls, fullgraph=True)
-    except ExperimentError as e:
-        text = str(e.original)
-        if "Runtime assertion failed" in text:
-            return False, ("your promise is stronger than the workload's guarantee: a batch that keeps exactly "
-                           "the guaranteed minimum made its runtime assertion fail. Promise what is true of "
-                           "every batch, no more")
-        if "data-dependent" in text:
-            return False, ("it still does not compile as one graph: the compiler cannot decide the branch "
-                           f"({_first_line(e)}). The promise must be strong enough to decide it")
-        return False, f"it did not compile under fullgraph=True: {_first_line(e)}"
-    if used:
-        return False, _shortcut(used)
-    rec = run.record
-    if rec.count == 0:
-        return False, "nothing was compiled: your function runs eagerly. Keep it compiled and add the promise"
-    if rec.count != 1:
-        return False, f"it compiled {rec.count} graphs over {len(calls)} batches of the same shape; one is the goal"
-    low = min((_range_low(r) for r in run.unbacked.values()), default=None)
-    if low is None:
-        return False, ("the compiled graph has no unbacked symbol: the function no longer selects rows by score. "
-                       "Keep the original body and add one line")
-    if low < at_least:
-        return False, ("it compiles, but the compiler was not told how many rows the workload guarantees (the "
-                       "range of u0 does not start there): say so with torch._check, not by changing the code")
-    for i, args in enumerate(calls):
-        with _learner_code() as used:
-            got = candidate(*args)
-        ref = _first_four(*args, threshold)
-        if used:
-            return False, _shortcut(used)
-        if not (isinstance(got, torch.Tensor) and got.shape == ref.shape and torch.allclose(got, ref, atol=1e-5)):
-            return False, f"batch {i}: the result differs from the original function's"
-    return True, (f"one graph for batches keeping {', '.join(map(str, kept_counts))} rows, the promise visible in "
-                  "u0's range, and results equal to the original")
+    for rows, kept_counts, calls in groups:
+        try:
+            with _watched("your function") as problems:
+                run = observe_run(candidate, calls, fullgraph=True)
+        except ExperimentError as e:
+            text = str(e.original)
+            if "Runtime assertion failed" in text:
+                return False, ("your promise is stronger than the workload's guarantee: its runtime assertion failed "
+                               f"on a batch of {rows} rows (the batches of this size keep "
+                               f"{', '.join(map(str, kept_counts))} rows). Promise what is true of every batch, no more")
+            if "data-dependent" in text:
+                return False, ("it still does not compile as one graph: the compiler cannot decide the branch "
+                               f"({_first_line(e)}). The promise must be strong enough to decide it")
+            return False, f"it did not compile under fullgraph=True: {_first_line(e)}"
+        if problems:
+            return False, problems[0]
+        rec = run.record
+        if rec.count == 0:
+            return False, "nothing was compiled: your function runs eagerly. Keep it compiled and add the promise"
+        if rec.count != 1:
+            return False, (f"it compiled {rec.count} graphs over {len(calls)} batches of {rows} rows; one is the goal")
+        low = min((_range_low(r) for r in run.unbacked.values()), default=None)
+        if low is None:
+            return False, ("the compiled graph has no unbacked symbol: the function no longer selects rows by score. "
+                           "Keep the original body and add one line")
+        if low < at_least:
+            return False, ("it compiles, but the compiler was not told how many rows the workload guarantees (the "
+                           "range of u0 does not start there): say so with torch._check, not by changing the code")
+        for i, args in enumerate(calls):
+            with _watched("your function") as problems:
+                got = candidate(*args)
+            ref = _first_four(*args, threshold)
+            if problems:
+                return False, problems[0]
+            if not (isinstance(got, torch.Tensor) and got.shape == ref.shape and torch.allclose(got, ref, atol=1e-5)):
+                return False, f"a batch of {rows} rows keeping {kept_counts[i]}: the result differs from the original function's"
+    sizes = ", ".join(str(rows) for rows, _, _ in groups)
+    return True, (f"one graph per batch size ({sizes} rows), for batches keeping the minimum up to every row; the "
+                  "promise visible in u0's range, and results equal to the original")
 
 
 def _range_low(text: str) -> float:
@@ -266,20 +331,38 @@ def _moe_reference(x, gate_w, w, capacity_factor, route, capacity):
     return out, keep, position
 
 
+def _most_confident(keep: torch.Tensor, expert: torch.Tensor, gate: torch.Tensor, experts: int, cap: int) -> bool:
+    """True when each expert keeps min(its tokens, C) tokens and none it drops has a higher gate than one it
+    keeps (ties may go either way: equal gates are equally confident)."""
+    for e in range(experts):
+        mine = expert == e
+        kept, dropped = gate[mine & keep], gate[mine & ~keep]
+        if kept.numel() != min(int(mine.sum()), cap):
+            return False
+        if kept.numel() and dropped.numel() and bool(dropped.max() > kept.min()):
+            return False
+    return True
+
+
 def _first_come_keep(expert: torch.Tensor, experts: int, cap: int) -> torch.Tensor:
     onehot = F.one_hot(expert, experts)
     return ((onehot.cumsum(0) * onehot).sum(1) - 1) < cap
 
 
 def _moe_variants(route):
+    """Hidden routings, edges first: one token; one expert; a float64 batch; then tight and roomy capacity."""
     out = []
-    for seed, (tokens, dim, hidden, experts), factor in ((41, (96, 6, 5, 4), 0.75), (42, (64, 5, 3, 8), 1.0),
-                                                          (43, (50, 4, 4, 3), 0.5), (44, (80, 6, 5, 4), 4.0)):
+    for seed, (tokens, dim, hidden, experts), factor, dtype in (
+            (40, (1, 4, 3, 4), 1.0, torch.float32), (46, (12, 4, 3, 1), 0.5, torch.float32),
+            (47, (30, 5, 4, 3), 0.75, torch.float64),
+            (41, (96, 6, 5, 4), 0.75, torch.float32), (42, (64, 5, 3, 8), 1.0, torch.float32),
+            (43, (50, 4, 4, 3), 0.5, torch.float32), (44, (80, 6, 5, 4), 4.0, torch.float32)):
         gen = torch.Generator().manual_seed(seed)
-        gate_w = torch.randn(dim, experts, generator=gen) * 1.5
-        w = torch.randn(experts, dim, hidden, generator=gen) / math.sqrt(dim)
-        x = torch.randn(tokens, dim, generator=gen)
-        out.append((f"{tokens} tokens, {experts} experts, factor {factor}", x, gate_w, w, factor))
+        gate_w = (torch.randn(dim, experts, generator=gen) * 1.5).to(dtype)
+        w = (torch.randn(experts, dim, hidden, generator=gen) / math.sqrt(dim)).to(dtype)
+        x = torch.randn(tokens, dim, generator=gen).to(dtype)
+        kind = "" if dtype == torch.float32 else f"{str(dtype).replace('torch.', '')} "
+        out.append((f"{tokens} {kind}token(s), {experts} expert(s), factor {factor}", x, gate_w, w, factor))
     return out
 
 
@@ -289,19 +372,24 @@ def check_moe(candidate: Callable, route: Callable, capacity: Callable) -> tuple
     token's row is zero; a kept token's row is ``gate * (x_t @ w[expert])``; one static graph."""
     if _is_stub(candidate):
         return False, "no function yet: write the fixed-capacity layer"
+    if (why := _refusal(candidate, "your layer")):
+        return False, why
     for label, x, gate_w, w, factor in _moe_variants(route):
         ref, keep, _ = _moe_reference(x, gate_w, w, factor, route, capacity)
         expert = route(x, gate_w)[0].reshape(-1)
         experts, cap = w.shape[0], capacity(x.shape[0], w.shape[0], factor)
-        with _learner_code() as used:
+        with _watched("your layer") as problems:
             out = candidate(x, gate_w, w, factor)
-        if used:
-            return False, _shortcut(used)
+        if problems:
+            return False, problems[0]
         if out is None or out is Ellipsis:
             return False, "your function returned nothing yet: write its body"
         if not isinstance(out, torch.Tensor) or out.shape != ref.shape:
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             return False, f"case '{label}': the output has shape {shape}; one row per token, one column per output feature of w"
+        if out.dtype != x.dtype:
+            return False, (f"case '{label}': the output is {str(out.dtype).replace('torch.', '')}: keep x's dtype "
+                           "(buffers made without it are float32)")
         zero = (out == 0).all(dim=1)
         served = torch.bincount(expert[~zero], minlength=experts)
         overflow = bool((torch.bincount(expert, minlength=experts) > cap).any())
@@ -309,12 +397,14 @@ def check_moe(candidate: Callable, route: Callable, capacity: Callable) -> tuple
             return False, f"case '{label}': an expert had more tokens than slots, but no token was dropped"
         if bool((served > cap).any()):
             return False, f"case '{label}': an expert served more tokens than its C slots (check how you compare a position with C)"
-        if not torch.equal(~zero, keep):
+        if not torch.equal(~zero, keep) and not _most_confident(~zero, expert, route(x, gate_w)[1], experts, cap):
             if torch.equal(~zero, _first_come_keep(expert, experts, cap)):
                 return False, (f"case '{label}': your layer keeps the first tokens to arrive (the lesson's rule); "
                                "here a full expert keeps its most confident tokens, those with the highest gate")
             return False, (f"case '{label}': the dropped tokens are not the right ones: a full expert drops its "
                            "least confident tokens (lowest gate) and keeps the rest")
+        keep = ~zero  # the learner's choice among tokens of equal gate is as good as the reference's
+        ref = torch.einsum("td,tdh->th", x, w[expert]) * (route(x, gate_w)[1] * keep)[:, None]
         if not torch.allclose(out, ref, atol=1e-4, rtol=1e-4):
             unweighted = torch.einsum("td,tdh->th", x, w[expert]) * keep[:, None]
             if torch.allclose(out, unweighted, atol=1e-4, rtol=1e-4):
@@ -329,7 +419,8 @@ def check_moe(candidate: Callable, route: Callable, capacity: Callable) -> tuple
         return False, _shortcut(used)
     if problem:
         return False, problem
-    return True, "right on every hidden routing (tight and roomy capacity), and one static graph for new batches"
+    return True, ("right on every hidden routing (one token, one expert, float64, tight and roomy capacity), and one "
+                  "static graph for new batches")
 
 
 # --- exercise 4: the smallest capacity factor within a budget ------------------------------------------
@@ -351,12 +442,16 @@ def _choose_factor(routes, experts, factors, budget, capacity):
 
 
 def _routing_variants():
+    """Hidden routings, edges first: batches of unequal sizes (the mean of their shares is not the share of
+    their pooled tokens, and each has its own C), a batch of one token, one batch alone; then equal batches."""
     cases = []
-    for seed, tokens, experts, batches, skew in ((51, 96, 4, 3, 1.0), (52, 200, 8, 2, 0.6), (53, 60, 3, 4, 1.4)):
+    for seed, sizes, experts, skew in ((54, (96, 40, 7), 4, 1.2), (55, (1, 50), 3, 1.0), (56, (33,), 5, 1.5),
+                                       (51, (96,) * 3, 4, 1.0), (52, (200,) * 2, 8, 0.6), (53, (60,) * 4, 3, 1.4)):
         gen = torch.Generator().manual_seed(seed)
         probs = torch.softmax(torch.randn(experts, generator=gen) * skew, 0)
-        routes = [torch.multinomial(probs, tokens, replacement=True, generator=gen) for _ in range(batches)]
-        cases.append((f"{batches} batches of {tokens} tokens, {experts} experts", routes, experts))
+        routes = [torch.multinomial(probs, tokens, replacement=True, generator=gen) for tokens in sizes]
+        cases.append((f"{len(sizes)} batch(es) of {', '.join(map(str, sizes))} tokens, {experts} experts", routes,
+                      experts))
     return cases
 
 
@@ -368,13 +463,16 @@ def check_choose_factor(candidate: Callable, capacity: Callable) -> tuple[bool, 
     """
     if _is_stub(candidate):
         return False, "no function yet: write choose_factor"
+    if (why := _refusal(candidate, "choose_factor")):
+        return False, why
     for label, routes, experts in _routing_variants():
         for factors, budget in (((2.0, 0.5, 1.0, 1.25, 1.5, 3.0, 0.75), 0.05), ((1.0, 4.0, 1.5, 2.0, 3.0), 0.0),
-                                ((0.25, 0.5), 0.0), ((0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 4.0), 0.2)):
-            with _learner_code() as used:
+                                ((0.25, 0.5), 0.0), ((0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 4.0), 0.2),
+                                ((1.5, 0.5, 1.0), 1.0), ((1.25,), 0.1)):
+            with _watched("choose_factor") as problems:
                 got = candidate([r.clone() for r in routes], experts, list(factors), budget)
-            if used:
-                return False, _shortcut(used)
+            if problems:
+                return False, problems[0]
             want = _choose_factor(routes, experts, factors, budget, capacity)
             where = f"case '{label}', budget {100 * budget:g}%"
             if want is None:

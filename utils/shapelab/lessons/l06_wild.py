@@ -9,6 +9,7 @@ This module only does what would drown the page in bookkeeping:
 - ``run_scripts(script, runs)``: run one Python script in several fresh interpreters at once (for
   ``TORCH_COMPILE_JOB_ID`` and the Mega-Cache), each with its own environment; parse the JSON
   line each prints and time it.
+- ``guard_kinds(record)``: the kinds of failed guard a run met (a size that was 1, duck sizing, a range).
 - ``stance_names()`` / ``compile_kwargs()``: what this release's ``set_stance`` and ``torch.compile``
   take (the shims for names that moved between 2.11 and 2.14).
 - ``run_bench`` / ``build_bench``: the lab bench, over copies of the page's cases.
@@ -34,7 +35,7 @@ import torch.nn.functional as F
 from ..instruments import compat
 from ..instruments.isolation import isolated
 from ..instruments.observe import _graph_shapes, cause_of, short_reason
-from ..instruments.timing import fmt_seconds
+from ..instruments.timing import Timing, fmt_seconds, time_warm
 
 
 # --- which graph served which call ------------------------------------------------------------------
@@ -96,6 +97,28 @@ class Tracker:
         by_number = {g.number: g for g in self.graphs}
         return [{"call": i, "batch": n, "graphs so far": max(self.ran[: i + 1]),
                  "graph that ran": by_number[g].label()} for i, (n, g) in enumerate(zip(sizes, self.ran))]
+
+
+# --- what kinds of guard failed ---------------------------------------------------------------------
+
+GUARD_KINDS = (
+    ("a size that was 1 and is not (expected 1)", lambda g: "size mismatch" in g and "expected 1," in g),
+    ("duck sizing: two sizes that were equal, now differ (==)", lambda g: " == " in g and ".size()" in g),
+    ("a symbol's range, which starts at 2 (2 <= ...)", lambda g: g.lstrip().startswith("2 <= ")),
+    ("another size mismatch", lambda g: "size mismatch" in g),
+)
+
+
+def guard_kinds(record) -> dict[str, int]:
+    """How many failed guards of each kind a run's recompiles met, every cached graph's failure counted
+    (``CompileEvent.failures``), so the count does not depend on which one is named the cause."""
+    counts: dict[str, int] = {}
+    for e in record.compiles:
+        for f in e.failures:
+            guard = short_reason(f)
+            kind = next((name for name, match in GUARD_KINDS if match(guard)), "other")
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
 
 
 # --- release shims ----------------------------------------------------------------------------------
@@ -262,12 +285,6 @@ def _embed(tok, pos, seg):
     return tok.sum(0) + pos.mean(0) + seg.amax(0)
 
 
-def _embed_checked(tok, pos, seg):
-    for t in (tok, pos, seg):
-        torch._check(t.shape[0] >= 1)
-    return tok.sum(0) + pos.mean(0) + seg.amax(0)
-
-
 def _sgd(p, g, lr):
     return p - lr * g
 
@@ -295,7 +312,7 @@ CASES = {
     "kv": ("a decode loop whose KV cache grows by torch.cat",
            {"none": "torch.cat, growing", "static": "pre-allocated cache + position tensor"}),
     "zero_one": ("three inputs whose first dim is 1 or N, dynamic=True",
-                 {"none": "dynamic=True", "unbacked": "mark_unbacked + torch._check",
+                 {"none": "dynamic=True", "unbacked": "mark_unbacked on dim 0",
                   "oblivious": "backed_size_oblivious=True"}),
     "layers": ("12 blocks with an int layer index, compiled one by one",
                {"none": "torch.compile per block", "isolate": "isolate_recompiles=True", "buffer": "index as a buffer"}),
@@ -315,65 +332,62 @@ def fix_options(case: str) -> list[tuple[str, str]]:
     return [(label, key) for key, label in CASES[case][1].items()]
 
 
-def _calls(case: str, fix: str, tracker: Tracker, steps: int, seed: int) -> tuple[list[Callable], Callable | None]:
-    """Thunks, one per call, compiled with ``tracker``; and a function returning the outputs' agreement."""
+def _calls(case: str, fix: str, tracker: Tracker, steps: int, seed: int) -> list[tuple[Callable, Callable | None]]:
+    """The case's calls, compiled with ``tracker``: ``(call, after)`` pairs in order.
+
+    ``call()`` makes one compiled call and changes nothing, so it can be repeated to time it;
+    ``after(output)``, where there is one, moves the case's state on (a step counter, a growing cache).
+    """
     g = torch.Generator().manual_seed(seed)
     rnd = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
     if case == "ragged":
-        x_all = rnd(103, 16)
-        sizes = [32, 32, 32, 7] * 2
-        starts = [0, 32, 64, 96] * 2
         model = _Net()
         compiled = torch.compile(model, backend=tracker)
-        thunks = []
-        for s, n in zip(starts, sizes):
+        calls = []
+        for n in [32, 32, 32, 7] * 2:
             if fix == "drop_last" and n != 32:
                 continue
-            x = x_all[s:s + n]
+            x = rnd(n, 16)                     # a fresh tensor per batch, as a DataLoader gives (not a slice)
             if fix == "pad_mask" and n != 32:
                 x = torch.cat([x, x.new_zeros(32 - n, 16)])
             if fix == "mark_static":
                 torch._dynamo.mark_static(x, 0)
-            thunks.append(lambda x=x: compiled(x))
-        return thunks, None
+            calls.append((lambda x=x: compiled(x), None))
+        return calls
     if case == "strides":
         a = rnd(64, 64)
         compiled = torch.compile(_scale2, backend=tracker, dynamic=True if fix == "dynamic" else None)
         second = a.t().contiguous() if fix == "contiguous" else a.t()
-        return [lambda: compiled(a), lambda: compiled(second)] * max(1, steps // 2), None
+        return [(lambda: compiled(a), None), (lambda: compiled(second), None)] * max(1, steps // 2)
     if case == "lr":
         p, grad = rnd(256), rnd(256)
         compiled = torch.compile(_sgd, backend=tracker)
         lrs = [0.1 * (0.9 ** i) for i in range(steps)]
-        return [lambda lr=lr: compiled(p, grad, torch.tensor(lr) if fix == "tensor" else lr) for lr in lrs], None
+        return [(lambda lr=(torch.tensor(lr) if fix == "tensor" else lr): compiled(p, grad, lr), None) for lr in lrs]
     if case == "step":
         model = _Warmup(as_tensor=fix == "buffer")
         compiled = torch.compile(model, backend=tracker)
         x = rnd(4, 16)
 
-        def call():
-            out = compiled(x)
+        def advance(_out):
             model.step += 1
-            return out
-        return [call] * steps, None
+        return [(lambda: compiled(x), advance)] * steps
     if case == "kv":
         b, d, cap = 2, 16, max(steps, 2)
         q, kn, vn = rnd(steps, b, 1, d), rnd(steps, b, 1, d), rnd(steps, b, 1, d)
         if fix == "static":
             compiled = torch.compile(_decode_static, backend=tracker)
             k, v = torch.zeros(b, cap, d), torch.zeros(b, cap, d)
-            return [lambda t=t: compiled(q[t], k, v, kn[t], vn[t], torch.tensor([t])) for t in range(steps)], None
+            return [(lambda t=t: compiled(q[t], k, v, kn[t], vn[t], torch.tensor([t])), None) for t in range(steps)]
         compiled = torch.compile(_decode_cat, backend=tracker)
         state = {"k": torch.zeros(b, 0, d), "v": torch.zeros(b, 0, d)}
 
-        def step(t):
-            out, state["k"], state["v"] = compiled(q[t], state["k"], state["v"], kn[t], vn[t])
-            return out
-        return [lambda t=t: step(t) for t in range(steps)], None
+        def grow(out):
+            _, state["k"], state["v"] = out
+        return [(lambda t=t: compiled(q[t], state["k"], state["v"], kn[t], vn[t]), grow) for t in range(steps)]
     if case == "zero_one":
-        fn = _embed_checked if fix == "unbacked" else _embed
-        compiled = torch.compile(fn, backend=tracker, dynamic=None if fix == "unbacked" else True)
-        thunks = []
+        compiled = torch.compile(_embed, backend=tracker, dynamic=None if fix == "unbacked" else True)
+        calls = []
         for combo in itertools.product([6, 1], repeat=3):
             ts = [rnd(n, 8) for n in combo]
 
@@ -382,36 +396,45 @@ def _calls(case: str, fix: str, tracker: Tracker, steps: int, seed: int) -> tupl
                     for t in ts:
                         compat.mark_unbacked(t, 0)
                 return compiled(*ts)
-            thunks.append(call)
-        return thunks, None
+            calls.append((call, None))
+        return calls
     if case == "layers":
         blocks = [_Block(i, as_tensor=fix == "buffer") for i in range(12)]
         kw = {"isolate_recompiles": True} if fix == "isolate" and compile_kwargs()["isolate_recompiles"] else {}
         compiled = [torch.compile(b, backend=tracker, **kw) for b in blocks]
         x = rnd(4, 16)
-        return [lambda c=c: c(x) for c in compiled], None
+        return [(lambda c=c: c(x), None) for c in compiled]
     if case == "service":
         kw = {"dynamic": False, "recompile_limit": 2} if fix == "limit" else {}
         compiled = torch.compile(_serve, backend=tracker, **kw)
-        traffic = [8, 16, 8, 16, 1, 32, 1, 8]
-
-        def call(n, i):
+        calls = []
+        for i, n in enumerate([8, 16, 8, 16, 1, 32, 1, 8]):
             x = rnd(n, 4, 8)
-            if fix == "eager_on_recompile" and i >= 2:
-                with torch.compiler.set_stance("eager_on_recompile"):
-                    return compiled(x)
-            return compiled(x)
-        return [lambda n=n, i=i: call(n, i) for i, n in enumerate(traffic)], None
+
+            def call(x=x, i=i):
+                if fix == "eager_on_recompile" and i >= 2:
+                    with torch.compiler.set_stance("eager_on_recompile"):
+                        return compiled(x)
+                return compiled(x)
+            calls.append((call, None))
+        return calls
     raise ValueError(f"unknown case {case!r}; choose from {', '.join(CASES)}")
+
+
+WARM_RUN_S = 0.01  # Timer's minimum run time for each call without a compile (the bench times every one)
 
 
 def run_bench(case: str = "ragged", fix: str = "none", steps: int = 10, backend: str = "eager", seed: int = 0) -> dict:
     """Run one case with one fix, compiled with ``backend``; return the panes.
 
-    Panes: ``compiles`` ("N compile(s) over M call(s)" and the counts), ``reasons`` (torch's failed
-    guard per recompile, with its graph id), ``calls`` (per call: compiled or eager, time), ``cost``
-    (what the fix costs). ``steps`` sets the calls of the cases that take it (lr, step, kv, strides).
+    Panes: ``compiles`` ("N compile(s) over M call(s)", the counts, the graph that ran each call),
+    ``reasons`` (every cached graph's failed guard for each recompile, labelled by graph, the cause
+    marked), ``calls`` (per call: which graph or eager ran, its time), ``cost`` (the calls without a
+    compile, each repeated with ``torch.utils.benchmark.Timer``: median and IQR over them; what the fix
+    costs). ``steps`` sets the calls of the cases that take it (lr, step, kv, strides).
     """
+    from ..labkit.widgets import recompile_lines
+
     if case not in CASES:
         raise ValueError(f"unknown case {case!r}; choose from {', '.join(CASES)}")
     if fix not in CASES[case][1]:
@@ -421,46 +444,54 @@ def run_bench(case: str = "ragged", fix: str = "none", steps: int = 10, backend:
     failures: dict[str, list[str]] = {}
     config = {"allow_unspec_int_on_nn_module": True} if (case, fix) == ("step", "unspec") else {}
     tracker = Tracker(backend)
-    rows, counts = [], []
+    rows, counts, warm = [], [], []
     import contextlib
+    import logging
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(isolated(config=config))
         stack.enter_context(compat.recompile_failures(failures.__setitem__))
         if (case, fix) == ("zero_one", "oblivious"):
             stack.enter_context(torch.fx.experimental._config.patch(backed_size_oblivious=True))
-        import logging
-
         logging.getLogger("torch._dynamo").setLevel(logging.ERROR)  # the limit warning is shown in the panes
-        thunks, _ = _calls(case, fix, tracker, steps, seed)
-        for i, thunk in enumerate(thunks):
+        for i, (call, after) in enumerate(_calls(case, fix, tracker, steps, seed)):
             before_graphs, before_runs = tracker.frame_count, len(tracker.ran)
             start = time.perf_counter()
-            thunk()
+            out = call()
             seconds = time.perf_counter() - start
             counts.append(tracker.frame_count)
             ran = tracker.ran[before_runs:]
+            compiled_now = tracker.frame_count > before_graphs
+            if not compiled_now:  # repeat the same call (nothing changes until `after`) for a median and spread
+                warm.append(time_warm(call, min_run_time=WARM_RUN_S).median)
+                del tracker.ran[before_runs + len(ran):]
+            if after is not None:
+                after(out)
             rows.append({"call": i, "ran": f"graph #{ran[-1]}" if ran else "eager",
-                         "new graph": "yes" if tracker.frame_count > before_graphs else "",
-                         "time": fmt_seconds(seconds), "_s": seconds, "_eager": not ran})
+                         "new graph": "yes" if compiled_now else "", "time": fmt_seconds(seconds), "_s": seconds,
+                         "_eager": not ran, "_graph": ran[-1] if ran else None})
         fallbacks = limit_fallbacks()
     dynamic_ids = {gr.compile_id for gr in tracker.graphs if gr.dynamic}
     reasons = []
     for gr in tracker.graphs[1:]:
         fs = failures.get(gr.compile_id, [])
-        cause = cause_of(fs, dynamic_ids)
-        if cause:
-            failed, _, guard = short_reason(cause, keep_id=True).partition(": ")
-            reasons.append(f"graph #{gr.number} (compile {gr.compile_id}): the guard of {failed} failed: {guard}")
+        call = next((r["call"] for r in rows if r["new graph"] and r["_graph"] == gr.number), None)
+        call = call if call is not None else counts.index(gr.number) if gr.number in counts else "?"
+        reasons += recompile_lines(gr.number, call, fs, cause_of(fs, dynamic_ids))
     eager_calls = [r["call"] for r in rows if r["_eager"]]
     compiles = f"{tracker.frame_count} compile(s) over {len(rows)} call(s)\ncounts after each call: {counts}"
+    compiles += ("\ngraph that ran each call: [" + ", ".join(f"#{r['_graph']}" if r["_graph"] else "eager" for r in rows)
+                 + "]")
     compiles += f"\ngraphs: " + "; ".join(gr.label() for gr in tracker.graphs) if tracker.graphs else "\n(nothing compiled)"
     if eager_calls:
         compiles += f"\ncalls that ran eagerly: {eager_calls}" + (" (recompile limit hit)" if fallbacks else "")
-    steady = [r["_s"] for r in rows if not r["new graph"]] or [r["_s"] for r in rows]
-    steady.sort()
-    cost = [f"median call without a compile: {fmt_seconds(steady[len(steady) // 2])}",
-            f"slowest call (a compile): {fmt_seconds(max(r['_s'] for r in rows))}", f"fix: {CASES[case][1][fix]}"]
+    if warm:
+        t = Timing(tuple(warm))
+        steady = (f"a call without a compile: median {fmt_seconds(t.median)}, IQR {fmt_seconds(t.spread)} over "
+                  f"{len(warm)} call(s), each repeated with torch.utils.benchmark.Timer (its median)")
+    else:
+        steady = "every call compiled: no call without a compile to time"
+    cost = [steady, f"slowest call (a compile): {fmt_seconds(max(r['_s'] for r in rows))}", f"fix: {CASES[case][1][fix]}"]
     return {"compiles": compiles, "reasons": reasons or "(no recompiles)",
             "calls": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows], "cost": cost}
 

@@ -2,10 +2,14 @@
 
 Each check compiles the learner's code itself (through the ``compile_fn`` it hands to the learner's
 loop, with a counting backend), on hidden variants (other sizes, seeds, schedules, request
-lengths and temperatures, from a fresh compile state), counts graphs, notes which calls ran a
-compiled graph, and compares the results with the original code run eagerly. Fixes that stop
-compiling (``torch.compiler.disable``, ``set_stance("force_eager")``) or that raise the recompile
-limit instead of removing the cause are named as such. Feedback never prints an expected value.
+lengths and temperatures, from a fresh compile state; edges first: no short batch, fewer samples
+than a batch, a batch of one, a request of one token, requests longer than any the lab shows),
+counts graphs, counts every step (a step run eagerly beside the compiled function, or compiled some
+other way, is a step not compiled), notes which calls ran a compiled graph, and compares the results
+with the original code run eagerly. Fixes that stop compiling (``torch.compiler.disable``,
+``set_stance("force_eager")``) or change a global setting (the recompile limit, any Dynamo switch,
+set in the answer or before it) instead of removing the cause are named as such; answers that take
+a shortcut (``labkit.answers.inspect_answer``) are refused. Feedback never prints an expected value.
 """
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ import torch
 from ..instruments import compat
 from ..instruments.isolation import isolated
 from ..instruments.observe import short_reason
+from ..labkit.answers import inspect_answer, watch_settings
+from .l04_buckets_lab import settings_off_default  # to move to labkit.answers (reported for the merge)
 from .l06_wild import Tracker
 
 # What a learner may name as a cause in exercise 1 (the labels, not the answer).
@@ -27,12 +33,12 @@ CAUSES = ("ragged last batch", "strides", "python float argument", "int attribut
 # The training loop's causes, kept as digests so that the answer is not readable from the library.
 _TRAINING_DIGESTS = frozenset({"1b9cd12630f45328", "15283ea24a8d4710", "eb1613fdbffceb63"})
 
-_DEFAULT_LIMITS = {"recompile_limit": 8, "accumulated_recompile_limit": 256}
-
-# hidden variants: (samples, batch size, epochs, seed)
-TRAIN_VARIANTS = ((70, 16, 2, 11), (45, 8, 2, 12))
-# hidden variants: (request lengths, temperatures, seed)
-SERVE_VARIANTS = (((5, 3, 7), (0.7, 1.0, 1.3), 21), ((4, 9), (0.5, 2.0), 22))
+# hidden variants, edges first: (samples, batch size, epochs, seed): no short batch at all, one short batch
+# only (fewer samples than a batch), a batch of one; then ragged last batches
+TRAIN_VARIANTS = ((48, 16, 2, 13), (5, 8, 2, 14), (3, 1, 1, 15), (70, 16, 2, 11), (45, 8, 2, 12))
+# hidden variants, edges first: (request lengths, temperatures, seed): a request of one token and requests
+# longer than any the lab shows (past 16 and 32 positions); then mixes of short ones
+SERVE_VARIANTS = (((1, 17, 33), (1.0, 0.6, 1.7), 23), ((5, 3, 7), (0.7, 1.0, 1.3), 21), ((4, 9), (0.5, 2.0), 22))
 
 
 def training_data(samples: int, features: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,7 +66,7 @@ class Run:
     calls: int = 0  # calls of the compiled function(s)
     tracker: Tracker | None = None
     failures: dict = field(default_factory=dict)
-    limits_changed: list[str] = field(default_factory=list)
+    settings_changed: list[str] = field(default_factory=list)  # global settings changed, before or during the run
     stance: str = "default"
     breaks: int = 0  # graph breaks Dynamo counted
 
@@ -81,17 +87,11 @@ class Run:
         return "; ".join(dict.fromkeys(out[:n]))
 
 
-def _limits_changed() -> list[str]:
-    cfg = torch._dynamo.config
-    changed = [f"{name} = {getattr(cfg, name)}" for name, default in _DEFAULT_LIMITS.items()
-               if hasattr(cfg, name) and getattr(cfg, name) != default]
-    return changed
-
-
 def _compiled_run(loop: Callable, *args) -> Run:
-    """Call ``loop(*args, compile_fn)`` from a fresh compile state, counting what ``compile_fn`` compiled."""
+    """Call ``loop(*args, compile_fn)`` from a fresh compile state, counting what ``compile_fn`` compiled
+    and every global setting the loop changed (or found changed)."""
     run = Run(tracker=Tracker("eager"))
-    run.limits_changed = _limits_changed()
+    run.settings_changed = settings_off_default()
 
     def compile_fn(fn):
         if not callable(fn):
@@ -109,22 +109,37 @@ def _compiled_run(loop: Callable, *args) -> Run:
         import logging
 
         logging.getLogger("torch._dynamo").setLevel(logging.ERROR)  # the limit warning: we report it ourselves
-        run.result = loop(*args, compile_fn)
-        run.limits_changed += [c for c in _limits_changed() if c not in run.limits_changed]
-        run.stance = compat.current_stance()[0]
+        with watch_settings() as changed:
+            run.result = loop(*args, compile_fn)
+            run.stance = compat.current_stance()[0]
+        run.settings_changed += [c for c in changed if c not in run.settings_changed]
         run.breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
     return run
 
 
-def _compile_problems(run: Run, what: str, steps_word: str) -> str | None:
-    """The message for a run that did not compile what it should, or hid the cause; None if it compiled."""
-    if run.limits_changed:
-        return (f"you changed the recompile limit ({', '.join(run.limits_changed)}): that hides the recompiles "
-                "instead of removing their cause; put it back to the default and fix the cause")
+def _refusal(fn: Callable, what: str) -> str | None:
+    """Why the check will not run ``fn``: a shortcut in its code (the course library, another compile entry
+    point, a module reached by name); None if none."""
+    problems = inspect_answer(fn)
+    if problems:
+        return f"your {what} takes a shortcut: {problems[0]}"
+    return None
+
+
+def _compile_problems(run: Run, what: str, steps_word: str, steps: int) -> str | None:
+    """The message for a run that did not compile what it should, or hid the cause; None if it compiled.
+    ``steps``: how many steps the loop must run, each through the function ``compile_fn`` returned."""
+    if run.settings_changed:
+        limit = any("recompile_limit" in c for c in run.settings_changed)
+        return (f"a global compiler setting is changed ({'; '.join(run.settings_changed)}): "
+                + ("raising or lowering the recompile limit hides the recompiles instead of removing their cause"
+                   if limit else "that changes every model in the process and hides the cause instead of removing it")
+                + "; put it back to the default and fix the cause in your code")
     if run.compiled == 0:
         return f"your {what} never called compile_fn: the check can only judge code it compiles itself"
-    if run.calls == 0:
-        return f"your {what} compiled a function but never called the compiled version"
+    if run.calls < steps:
+        return (f"{steps - run.calls} of {steps} {steps_word}s did not go through the function compile_fn returned "
+                "(run eagerly beside it, or compiled some other way): every step must run that compiled function")
     if run.graphs == 0:
         return (f"nothing was compiled: every {steps_word} ran eagerly (torch.compiler.disable or "
                 "set_stance('force_eager') switches compiling off; that is not a fix)")
@@ -196,6 +211,8 @@ def check_training(train_fixed: Callable, train_original: Callable, features: in
     """
     if not callable(train_fixed):
         return False, "define train_fixed(X, Y, batch_size, epochs, seed, compile_fn)"
+    if (why := _refusal(train_fixed, "training loop")):
+        return False, why
     for samples, batch, epochs, seed in variants:
         X, Y = training_data(samples, features, seed)
         ref_model, ref_losses = train_original(X, Y, batch, epochs, seed, lambda f: f)
@@ -204,14 +221,16 @@ def check_training(train_fixed: Callable, train_original: Callable, features: in
             run = _compiled_run(train_fixed, X.clone(), Y.clone(), batch, epochs, seed)
         except Exception as e:
             return False, f"{where}: your loop raised {type(e).__name__}: {_first_line(e)}"
-        problem = _compile_problems(run, "training loop", "step")
-        if problem:
-            return False, f"{where}: {problem}"
+        if not (isinstance(run.result, tuple) and len(run.result) == 2):
+            return False, f"{where}: return (model, losses), as the original does"
         model, losses = run.result
         losses = [float(v) for v in losses]
-        if len(losses) != len(ref_losses):
+        if len(losses) != len(ref_losses) and not run.settings_changed:
             return False, (f"{where}: your loop ran {len(losses)} steps and the original a different number: "
                            "every sample must still be trained on, in the same batches (drop_last changes training)")
+        problem = _compile_problems(run, "training loop", "step", len(ref_losses))
+        if problem:
+            return False, f"{where}: {problem}"
         if run.graphs > 1:
             return False, (f"{where}: {run.graphs} graphs over {run.calls} steps; the target is one. "
                            f"Torch's reasons: {run.reasons()}")
@@ -240,6 +259,8 @@ def check_serving(serve_fixed: Callable, serve_original: Callable, w_out: torch.
     """
     if not callable(serve_fixed):
         return False, "define serve_fixed(requests, w_out, max_len, compile_fn)"
+    if (why := _refusal(serve_fixed, "serving loop")):
+        return False, why
     for lengths, temps, seed in variants:
         requests = make_requests(lengths, temps, heads, dim, seed)
         max_len = max(lengths)
@@ -249,7 +270,7 @@ def check_serving(serve_fixed: Callable, serve_original: Callable, w_out: torch.
             run = _compiled_run(serve_fixed, [dict(r) for r in requests], w_out, max_len)
         except Exception as e:
             return False, f"{where}: your loop raised {type(e).__name__}: {_first_line(e)}"
-        problem = _compile_problems(run, "serving loop", "decode step")
+        problem = _compile_problems(run, "serving loop", "decode step", sum(lengths))
         if problem:
             return False, f"{where}: {problem}"
         outs = run.result
@@ -275,10 +296,30 @@ def _served(x):
     return torch.tanh(x @ x.transpose(-1, -2)).sum(-1)
 
 
-def check_production_call(call_in_production: Callable, warm=(8, 16), rare=(1, 32, 3), seed: int = 5) -> tuple[bool, str]:
-    """``call_in_production(compiled, x)`` must serve warm shapes compiled, rare ones eagerly and right, never compile or raise."""
+def production_requests(warm, rare, seed: int) -> list[tuple[str, torch.Tensor, bool]]:
+    """``(description, x, warm?)`` for the check's requests, edges first: rare sizes (1, past every warm
+    size, between), a warmed size in another dtype, a warmed size in another layout (not contiguous),
+    then the warmed shapes themselves."""
+    g = torch.Generator().manual_seed(seed)
+    out = [(f"a request of batch {n}", torch.randn(n, 4, 8, generator=g), False) for n in rare]
+    out.append((f"a float64 request of batch {warm[0]} (a warmed size)",
+                torch.randn(warm[0], 4, 8, generator=g, dtype=torch.float64), False))
+    out.append((f"a non-contiguous request of batch {warm[-1]} (a warmed size)",
+                torch.randn(warm[-1], 8, 4, generator=g).transpose(1, 2), False))
+    out += [(f"a request of batch {n}", torch.randn(n, 4, 8, generator=g), True) for n in warm]
+    return out
+
+
+def check_production_call(call_in_production: Callable, warm=(6, 12), rare=(1, 32, 3), seed: int = 5) -> tuple[bool, str]:
+    """``call_in_production(compiled, x)`` must serve warm shapes compiled, every other request (other sizes,
+    dtypes, layouts) eagerly and right, never compile, raise, or change a global setting."""
     if not callable(call_in_production):
         return False, "define call_in_production(compiled, x)"
+    if (why := _refusal(call_in_production, "call_in_production")):
+        return False, why
+    if (changed := settings_off_default()):
+        return False, (f"a global compiler setting is changed ({'; '.join(changed)}): that changes every model in "
+                       "the process; answer each request without it")
     g = torch.Generator().manual_seed(seed)
     tracker = Tracker("eager")
     with isolated():
@@ -288,23 +329,28 @@ def check_production_call(call_in_production: Callable, warm=(8, 16), rare=(1, 3
         compiled = torch.compile(_served, backend=tracker)
         for n in warm:
             compiled(torch.randn(n, 4, 8, generator=g))
-        warm_graphs, runs = tracker.frame_count, len(tracker.ran)
-        for n in (*rare, *warm):
-            x = torch.randn(n, 4, 8, generator=g)
+        warm_graphs = tracker.frame_count
+        for what, x, is_warm in production_requests(warm, rare, seed):
             before_runs = len(tracker.ran)
             try:
-                out = call_in_production(compiled, x)
+                with watch_settings() as changed:
+                    out = call_in_production(compiled, x)
+                    stance = compat.current_stance()[0]
             except Exception as e:
-                return False, (f"a request of batch {n} raised {type(e).__name__}: in production a shape warm-up missed "
+                return False, (f"{what} raised {type(e).__name__}: in production a request warm-up did not cover "
                                "must still be answered")
+            if stance != "default":
+                return False, "your function left a stance set after it returned: set it for the call only (a with block)"
+            if changed:
+                return False, (f"{what}: your function changed a global setting ({'; '.join(changed)}): that changes "
+                               "every model in the process; choose the behaviour for this call only")
             if tracker.frame_count != warm_graphs:
-                return False, (f"a request of batch {n} compiled a new graph: in production a request must not wait "
-                               "for a compile")
+                return False, (f"{what} compiled a new graph: in production a request must not wait for a compile "
+                               "(a guard on size, dtype or layout failed; what was warmed is not decided by the size alone)")
             if not isinstance(out, torch.Tensor) or out.shape != _served(x).shape or not torch.allclose(out, _served(x), atol=1e-5):
-                return False, f"the answer to a request of batch {n} is not what the model computes"
-            if n in warm and len(tracker.ran) == before_runs:
-                return False, (f"a request of batch {n}, a warmed shape, ran eagerly: the compiled graph must still "
+                return False, f"the answer to {what} is not what the model computes"
+            if is_warm and len(tracker.ran) == before_runs:
+                return False, (f"{what}, a warmed shape, ran eagerly: the compiled graph must still "
                                "serve the shapes warm-up covered (force_eager or disable turn compiling off entirely)")
-        if compat.current_stance()[0] != "default":
-            return False, "your function left a stance set after it returned: set it for the call only (a with block)"
-    return True, "warm shapes ran compiled, rare ones eagerly and right, and nothing compiled or raised"
+    return True, ("warm shapes ran compiled; other sizes, dtypes and layouts eagerly and right; nothing compiled, "
+                  "raised or changed a setting")

@@ -9,7 +9,10 @@
 as FILE.py:NAME or package.module:NAME. --inputs names a list of calls (or a function returning
 one); each call is a tensor, a tuple of arguments, or shapelab.tools.doctor.Call(...). --shapes
 builds random float32 tensors instead, one call per shape. Exit status: 0 diagnosed, 2 bad input
-(no inputs, a model that fails in eager, a directory that is no TORCH_TRACE), 1 anything else.
+(no inputs, a model that fails in eager, a directory that is no TORCH_TRACE or an unreadable one, an
+--out folder that does not exist), 1 an error inside the doctor (one line, said to be the doctor's).
+A trace with records that cannot be read (truncated, damaged) is diagnosed with a warning that says how
+many, since its counts are then a lower bound.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .core import DoctorInternalError
 from .evidence import DoctorError
 
 
@@ -96,6 +100,20 @@ def record_trace(model_spec: str, args, directory: str) -> int:
     return subprocess.run(cmd, env=env, timeout=600).returncode
 
 
+def _trace_every(compile_id: str, failures) -> None:
+    """Write every failed guard of every cached graph as a trace artifact, so that a trace the doctor
+    records carries what torch's own ``recompile_reasons`` artifact leaves out (all but the first)."""
+    import json
+
+    import torch
+
+    every = getattr(failures, "every", None)
+    if every is not None:
+        torch._logging.trace_structured(
+            "artifact", metadata_fn=lambda: {"name": "shapelab_failed_guards", "encoding": "json"},
+            payload_fn=lambda: json.dumps({"reasons": list(failures), "every": every}))
+
+
 def main(argv=None) -> int:
     """Run the doctor with command-line arguments; returns the exit status (0, 1 or 2)."""
     args = parser().parse_args(argv)
@@ -138,6 +156,8 @@ def _run(args) -> int:
         from . import diagnose, diagnose_trace
         from .report import html, markdown, text
 
+        if args.out and not Path(args.out).resolve().parent.is_dir():
+            raise DoctorError(f"--out {args.out}: the folder {Path(args.out).resolve().parent} does not exist")
         dynamic = {"none": None, "true": True, "false": False}[args.dynamic]
         if args.trace:
             d = diagnose_trace(args.trace)
@@ -154,10 +174,13 @@ def _run(args) -> int:
 
                 from .core import as_calls
 
+                from ...instruments.compat import recompile_failures
+
                 compiled = torch.compile(model, backend=args.backend, dynamic=dynamic)
-                for c in as_calls(calls):
-                    with c.context():
-                        compiled(*c.args)
+                with recompile_failures(_trace_every):  # every failed guard, into the trace
+                    for c in as_calls(calls):
+                        with c.context():
+                            compiled(*c.args, **c.kwargs)
                 return 0
             d = diagnose(model, calls, backend=args.backend, dynamic=dynamic, prove=not args.no_prove,
                          budget=args.budget, name=args.model)
@@ -168,10 +191,20 @@ def _run(args) -> int:
     except DoctorError as e:
         print(f"doctor: {e}", file=sys.stderr)
         return 2
+    except DoctorInternalError as e:
+        print(f"doctor: {e}", file=sys.stderr)
+        return 1
+    if getattr(d.evidence, "unreadable", 0):
+        print(f"doctor: warning: {d.evidence.unreadable} trace record(s) could not be read (truncated or damaged "
+              "trace): the counts are a lower bound", file=sys.stderr)
     report = {"md": markdown, "text": text,
               "html": lambda x: f"<!doctype html><meta charset='utf-8'><title>{x.name}</title>\n{html(x)}"}[args.format](d)
     if args.out:
-        Path(args.out).write_text(report, encoding="utf-8")
+        try:
+            Path(args.out).write_text(report, encoding="utf-8")
+        except OSError as e:
+            print(f"doctor: cannot write --out {args.out}: {e.strerror}", file=sys.stderr)
+            return 2
         print(f"wrote {args.out}: {d.summary()}")
     else:
         print(report)

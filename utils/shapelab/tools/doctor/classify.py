@@ -1,8 +1,8 @@
-"""Name the cause of each recompile from the guard torch printed, and of each graph break.
+"""Name the cause of each recompile from the guards torch printed, and of each graph break.
 
-Every recompile has one failed guard named as its cause (``observe.cause_of``: the newest dynamic
-graph's failure, else the newest graph's). ``classify_reason`` sorts that text into one of the
-kinds below; ``causes`` groups the graphs by kind and by the input (and dimension) they name.
+The cause of a recompile is the failed guard(s) of the cached graph that would have served the call,
+the one whose guards fail least (``observe.cause_of``). ``readings`` sorts each of those guards into
+one of the kinds below; ``causes`` groups the graphs by kind and by the input (and dimension) named.
 """
 from __future__ import annotations
 
@@ -14,10 +14,12 @@ from .evidence import Evidence
 KINDS = {
     "dimension": "a dimension that varies",
     "zero_one": "0/1 specialisation",
+    "size_branch": "a branch of the model's code on a size",
     "stride": "a stride (memory layout) that varies",
     "dtype_device": "dtype, device or requires_grad",
     "global_state": "grad mode or other global state",
     "python_value": "a Python scalar or attribute value",
+    "call_signature": "how the call passes its arguments (positional or keyword, which keywords)",
     "identity": "object identity",
     "data_dependent": "a data-dependent graph break",
     "graph_break": "another graph break",
@@ -25,13 +27,15 @@ KINDS = {
     "other": "a guard the doctor does not recognise",
 }
 
-_SIZE = re.compile(r"tensor '(?P<name>[^']+)' size mismatch at index (?P<dim>-?\d+)\. expected (?P<exp>\d+), actual (?P<act>\d+)")
-_STRIDE = re.compile(r"tensor '(?P<name>[^']+)' stride mismatch at index (?P<dim>-?\d+)")
-_TENSOR_PROP = re.compile(r"tensor '(?P<name>[^']+)' (?P<what>dtype|device|requires_grad|dispatch key set) mismatch")
+_SIZE = re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<dim>-?\d+)\. expected (?P<exp>\d+), actual (?P<act>\d+)")
+_STRIDE = re.compile(r"tensor '(?P<name>.+?)' stride mismatch at index (?P<dim>-?\d+)")
+_TENSOR_PROP = re.compile(r"tensor '(?P<name>.+?)' (?P<what>dtype|device|requires_grad|dispatch key set) mismatch")
 _SYM_SIZE = re.compile(r"(?P<name>[A-Za-z_][\w\.\[\]']*?)\.size\(\)\[(?P<dim>\d+)\]")
 _VALUE = re.compile(r"^(?P<expr>[A-Za-z_][\w\.\[\]'\"]*) == (?P<val>.+)$")
 _IDENTITY = ("___check_obj_id", "ID_MATCH", "___check_type_id", "TYPE_MATCH", "___check_current_backend",
              "___odict_getitem", "obj_id")
+_CALL_SIGNATURE = re.compile(r"^len\((args|kwargs)\) ==|^not (args|kwargs)\b|___dict_contains\([^)]*\bkwargs\b|"
+                             r"^(kwargs|args) is|\bkwargs\.keys\(\)|^set\(kwargs")
 _DATA_DEPENDENT = ("dynamic shape operator", "item()", "data-dependent", "data dependent", "nonzero",
                    "capture_scalar_outputs", "unbacked")
 
@@ -53,16 +57,39 @@ def guard_text(reason: str) -> str:
     return text.split("  #")[0].strip()
 
 
+def _where_in_code(reason: str) -> str:
+    """``file.py:12 in forward``: the first user-code location torch wrote after the guard, if any."""
+    for m in re.finditer(r"#\s+([^#()]+?\.py:\d+ in \w+)", reason):
+        if "_dynamo/" not in m.group(1) and "torch/" not in m.group(1):
+            return m.group(1).strip()
+    return ""
+
+
+_ZERO_ONE = re.compile(r"^2 <= (?P<name>[A-Za-z_][\w\.\[\]']*?)\.size\(\)\[(?P<dim>\d+)\]$")
+
+
+def readings(reason: str) -> list[Reading]:
+    """Every guard in one recompile's cause (``"0/1: g1; g2"``), each read."""
+    body = re.sub(r"^\d+/\d+: ", "", reason.strip()).split("\nUser stack trace")[0]
+    parts = [p for p in _NEXT_GUARD.split(body) if p.strip()] or [body]
+    return [classify_reason(p) for p in parts]
+
+
+# where one guard ends and the next begins in "g1; g2" (torch's comments after "  #" may hold "; " too)
+_NEXT_GUARD = re.compile(r"(?:  #.*?)?; (?=tensor '|\(|[\w.\[\]'()]+ (?:==|!=|<=|>=|<|>|is) |\d+ <|Eq\(|Ne\(|GLOBAL_STATE|Duplicate|___)",
+                         re.S)
+
+
 def classify_reason(reason: str) -> Reading:
-    """The kind of one recompile reason (a failed guard as ``TORCH_LOGS=recompiles`` prints it)."""
+    """The kind of one failed guard (as ``TORCH_LOGS=recompiles`` prints it)."""
     text = guard_text(reason)
-    if "0/1 specialization" in reason or re.match(r"^2 <= ", text):
-        m = _SYM_SIZE.search(text)
-        return Reading("zero_one", m and m.group("name"), m and int(m.group("dim")), text)
-    m = _SIZE.search(text)
+    m = _ZERO_ONE.match(text)
     if m:
-        return Reading("dimension", m.group("name"), int(m.group("dim")),
-                       f"expected {m.group('exp')}, actual {m.group('act')}")
+        return Reading("zero_one", m.group("name"), int(m.group("dim")), text)
+    m = _SIZE.search(text)
+    if m:  # a size of 0 or 1 gets its own graph whatever else is dynamic: the 0/1 rule
+        kind = "zero_one" if m.group("act") in ("0", "1") else "dimension"
+        return Reading(kind, m.group("name"), int(m.group("dim")), f"expected {m.group('exp')}, actual {m.group('act')}")
     m = _STRIDE.search(text)
     if m:
         return Reading("stride", m.group("name"), int(m.group("dim")), text)
@@ -76,13 +103,16 @@ def classify_reason(reason: str) -> Reading:
     if m:
         names = [n.strip().strip('"\'') for n in m.group(1).split(",")]
         return Reading("identity", names[0] if names else None, None, f"{' and '.join(names)} are the same tensor (aliasing)")
+    if _CALL_SIGNATURE.search(text):
+        return Reading("call_signature", None, None, text)
     if any(k in text for k in _IDENTITY):
         m = re.search(r"\(([A-Za-z_][\w\.\[\]']*)", text)
         name = m.group(1) if m else None
         return Reading("identity", name.split(".")[0] if name else None, None, name or text)
     m = _SYM_SIZE.search(text)
-    if m:
-        return Reading("dimension", m.group("name"), int(m.group("dim")), text)
+    if m:  # any other guard on a size: the model's code compared or computed with it
+        where = _where_in_code(reason)
+        return Reading("size_branch", m.group("name"), int(m.group("dim")), text + (f" (at {where})" if where else ""))
     m = _VALUE.match(text)
     if m:
         expr = m.group("expr")
@@ -124,10 +154,14 @@ class Cause:
             if self.input.startswith("___"):
                 return f"'{self.input}' (a value handed across a graph break), dim {self.dim}"
             return f"input '{self.name}', dim {self.dim}"
+        if self.kind == "size_branch":
+            return f"input '{self.name}', dim {self.dim}: `{self.detail}`"
         if self.kind == "dtype_device":
             return f"input '{self.name}' ({self.detail})"
         if self.kind in ("python_value", "identity"):
             return f"`{self.detail}`"
+        if self.kind == "call_signature":
+            return "the call's arguments: " + "; ".join(f"`{r}`" for r in self.reasons[:2])
         if self.kind == "global_state":
             return self.detail
         return self.detail[:80]
@@ -143,16 +177,18 @@ def causes(ev: Evidence) -> list[Cause]:
     for g in ev.graphs:
         if not g.cause:
             continue
-        r = classify_reason(g.cause)
-        key = (r.kind, r.input, r.dim, r.detail if r.kind in ("python_value", "identity", "global_state", "other", "dtype_device") else None)
-        c = found.setdefault(key, Cause(r.kind, r.input, r.dim, r.detail))
-        c.graphs += 1
-        c.compile_ids.append(g.compile_id)
-        short = guard_text(g.cause)
-        if short not in c.reasons and len(c.reasons) < 3:
-            c.reasons.append(short)
-        if r.kind == "dimension" and r.detail:
-            c.values.append(r.detail)
+        for r in readings(g.cause):
+            key = (r.kind, r.input, r.dim, None if r.kind in ("dimension", "zero_one", "stride", "call_signature") else r.detail)
+            c = found.setdefault(key, Cause(r.kind, r.input, r.dim, r.detail))
+            if g.compile_id in c.compile_ids:
+                continue
+            c.graphs += 1
+            c.compile_ids.append(g.compile_id)
+            short = r.detail if r.kind == "size_branch" else _one_guard(g.cause, r)
+            if short not in c.reasons and len(c.reasons) < 3:
+                c.reasons.append(short)
+            if r.kind == "dimension" and r.detail:
+                c.values.append(r.detail)
     for text, n in ev.breaks.items():
         kind = classify_break(text)
         c = found.setdefault((kind, None, None, text), Cause(kind, None, None, text))
@@ -170,6 +206,14 @@ def causes(ev: Evidence) -> list[Cause]:
         found[("limit",)] = c
     order = list(KINDS)
     return sorted(found.values(), key=lambda c: (c.kind == "limit", -c.graphs, order.index(c.kind)))
+
+
+def _one_guard(cause: str, r: Reading) -> str:
+    """The part of a cause's text that is this reading's guard (a cause may list several)."""
+    for part in re.sub(r"^\d+/\d+: ", "", cause.strip()).split("; "):
+        if classify_reason(part) == r:
+            return guard_text(part)
+    return guard_text(cause)
 
 
 def diagnosis_key(cs: list[Cause]) -> list[tuple]:

@@ -46,6 +46,7 @@ class Evidence:
     fell_back: list[int] = field(default_factory=list)  # calls that ran eagerly after the limit
     shapes: list[list[tuple]] = field(default_factory=list)  # each call's concrete tensor shapes (live only)
     seconds: list[float] = field(default_factory=list)  # each call's wall time (live only)
+    unreadable: int = 0  # trace records that could not be read (a truncated or damaged trace)
 
     @property
     def count(self) -> int:
@@ -100,25 +101,51 @@ def _headlines(breaks: dict[str, int]) -> dict[str, int]:
 _HEAD = re.compile(r"^[VIWE]\d{4} [\d:.]+ +\d+ [^\]]+\] (\{.*\})\s*$")
 
 
+_RECORD = re.compile(r"^[VIWE]\d{4} ")
+
+
 def _entries(path: Path):
-    """(envelope, payload text) for each record of one trace log file."""
-    envelope, payload = None, []
+    """(envelope, payload text, readable) for each record of one trace log file. A record is unreadable
+    when its header's JSON is cut or broken, or its payload does not match the md5 torch wrote for it
+    (a truncated or damaged file); such records are yielded with envelope None and readable False."""
+    import hashlib
+
+    def done(envelope, lines, broken):
+        if broken:
+            return None, "", False
+        if envelope is None:
+            return None
+        payload = "\n".join(lines)
+        want = envelope.get("has_payload")
+        if isinstance(want, str) and want and hashlib.md5(payload.encode("utf-8"), usedforsecurity=False).hexdigest() != want:
+            return None, "", False
+        return envelope, payload, True
+
+    envelope, lines, broken = None, [], False
     with open(path, encoding="utf-8", errors="replace") as fh:
+        last = ""
         for line in fh:
+            last = line
             if line.startswith("\t"):
-                payload.append(line[1:])
+                lines.append(line[1:].rstrip("\n"))
                 continue
-            if envelope is not None:
-                yield envelope, "".join(payload)
-            envelope, payload = None, []
+            out = done(envelope, lines, broken)
+            if out is not None:
+                yield out
+            envelope, lines, broken = None, [], False
             m = _HEAD.match(line)
             if m:
                 try:
                     envelope = json.loads(m.group(1))
                 except json.JSONDecodeError:
-                    envelope = None
-    if envelope is not None:
-        yield envelope, "".join(payload)
+                    broken = True
+            elif _RECORD.match(line):
+                broken = True  # a record header cut short
+        if last and not last.endswith("\n"):
+            broken = True  # the file ends inside a record: truncated
+        out = done(envelope, lines, broken)
+        if out is not None:
+            yield out
 
 
 def _cid(env: dict) -> str:
@@ -171,9 +198,14 @@ def from_trace(directory: str | os.PathLike) -> Evidence:
     ``TORCH_LOGS=recompiles`` prints them), graph breaks from ``dynamo_graph_break_reason``, and the
     limit from a compile that failed with "recompile limit exceeded".
     """
+    from ...instruments.compat import FailureList
     from ...instruments.observe import cause_of
 
     files = trace_files(directory)
+    full: dict[str, FailureList] = {}
+    unreadable = 0
+    started: set[str] = set()
+    finished: set[str] = set()
     graphs: dict[str, Graph] = {}
     failures: dict[str, list[str]] = {}
     breaks: dict[str, int] = {}
@@ -181,9 +213,15 @@ def from_trace(directory: str | os.PathLike) -> Evidence:
     limit_lines: list[str] = []
     records = 0
     for path in files:
-        for env, payload in _entries(path):
+        for env, payload, readable in _entries(path):
+            if not readable:
+                unreadable += 1
+                continue
             records += 1
+            if "dynamo_start" in env:
+                started.add(_cid(env))
             if "compilation_metrics" in env:
+                finished.add(str(env["compilation_metrics"].get("compile_id")))
                 m = env["compilation_metrics"]
                 cid = str(m.get("compile_id"))
                 reason = m.get("fail_reason") or ""
@@ -198,7 +236,13 @@ def from_trace(directory: str | os.PathLike) -> Evidence:
                     if m.get("recompile_reason") and cid not in failures:
                         failures[cid] = [m["recompile_reason"]]
             art = env.get("artifact", {})
-            if art.get("name") == "recompile_reasons":
+            if art.get("name") == "shapelab_failed_guards":  # recorded by the doctor: every failed guard
+                try:
+                    value = json.loads(payload)
+                    full[_cid(env)] = FailureList(value["reasons"], value["every"])
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    unreadable += 1
+            elif art.get("name") == "recompile_reasons":
                 try:
                     value = json.loads(payload)
                 except json.JSONDecodeError:
@@ -209,15 +253,19 @@ def from_trace(directory: str | os.PathLike) -> Evidence:
                 if key.startswith("Failed to handle graph break gracefully"):
                     continue  # the frame was skipped: its compile metrics record why (see "skipped")
                 breaks[key] = breaks.get(key, 0) + 1
+    if records == 0 and unreadable:
+        raise DoctorError(f"{directory}: none of its {unreadable} trace record(s) could be read (a damaged or truncated trace)")
     if records == 0:
         raise DoctorError(f"{directory} holds .log files but no structured trace records: not a TORCH_TRACE directory")
+    unfinished = [c for c in started if c not in finished]
+    unreadable += len(unfinished)  # a compile that started and never recorded its end: the trace stops early
     ordered = sorted(graphs.values(), key=lambda g: tuple(int(p) for p in g.compile_id.split("/")[:2] if p.isdigit()))
     dynamic_ids = {g.compile_id for g in ordered if g.dynamic}
     for g in ordered:
-        g.failures = failures.get(g.compile_id, [])
+        g.failures = full.get(g.compile_id) or failures.get(g.compile_id, [])
         g.cause = cause_of(g.failures, dynamic_ids)
     return Evidence(source=f"TORCH_TRACE {directory}", graphs=ordered, breaks=breaks, skipped=skipped,
-                    limit_hit=bool(limit_lines), limit_lines=limit_lines)
+                    limit_hit=bool(limit_lines), limit_lines=limit_lines, unreadable=unreadable)
 
 
 def tlparse_summary(directory: str | os.PathLike, out: str | os.PathLike) -> Path | None:

@@ -3,7 +3,6 @@ doctor can apply by itself (marks, input transforms, config, padding to buckets)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
 
 import torch
 
@@ -21,26 +20,67 @@ class Prescription:
     applied: bool
     note: str = ""
 
-    def row(self) -> dict:
+    def row(self, proved: bool = True) -> dict:
+        status = ("yes" if proved else "not proven (no proof run)") if self.applied else "no: " + self.note
         return {"for": self.where, "change": self.code.splitlines()[0] + (" ..." if "\n" in self.code else ""),
-                "applied in the proof": "yes" if self.applied else "no: " + self.note}
+                "applied in the proof": status}
 
 
 @dataclass
 class Plan:
-    """What the proof replay applies: marks, per-argument transforms, config and padding."""
+    """What a proof replay applies, kept as the code it prints: the proof runs exactly this code.
+
+    ``marks``: (argument name, dim, kind) with kind "dynamic", "maybe_dynamic", "unbacked" or "static";
+    ``prep``: lines run on each call's arguments before the marks (``x = x.contiguous()``);
+    ``config``: ``torch._dynamo.config`` values set once; ``pad``: (name, dim) -> bucket sizes.
+    """
 
     label: str
-    marks: list = field(default_factory=list)  # observe.Mark
-    transforms: dict[int, Callable[[Any], Any]] = field(default_factory=dict)  # arg index -> fn
-    config: dict = field(default_factory=dict)  # torch._dynamo.config patch
-    pad: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)  # (arg, dim) -> buckets
+    marks: list[tuple[str, int, str]] = field(default_factory=list)
+    prep: list[str] = field(default_factory=list)
+    config: dict = field(default_factory=dict)
+    pad: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     predicted: int | None = None
     notes: list[str] = field(default_factory=list)
+    partial: set = field(default_factory=set)  # paths that are tensors in some calls only (an empty cache)
 
     @property
     def empty(self) -> bool:
-        return not (self.marks or self.transforms or self.config or self.pad)
+        return not (self.marks or self.prep or self.config or self.pad)
+
+    def once_code(self) -> str:
+        """What to run once, before the first call (config)."""
+        return "".join(f"torch._dynamo.config.{k} = {v!r}\n" for k, v in self.config.items())
+
+    def call_code(self) -> str:
+        """What to run on every call's arguments, by their names in your code, before calling the model."""
+        lines = list(self.prep)
+        for (name, dim), buckets in self.pad.items():
+            lines.append(f"{name} = torch.nn.functional.pad({name}, [0, 0] * ({name}.dim() - {dim} - 1)"
+                         f" + [0, next((b for b in {list(buckets)} if b >= {name}.shape[{dim}]), {name}.shape[{dim}])"
+                         f" - {name}.shape[{dim}]])  # mask the padding in the model")
+        for name, dim, kind in self.marks:
+            line = mark_code(name, dim, kind)
+            lines.append(f"if isinstance({name}, torch.Tensor):  # not yet a tensor in every call\n    {line}"
+                         if name in self.partial else line)
+        return "".join(line + "\n" for line in lines)
+
+    def code(self) -> str:
+        """The whole change, as printed and as the proof ran it."""
+        out = ""
+        if self.config:
+            out += "# once, before the first call:\n" + self.once_code()
+        if self.prep or self.marks or self.pad:
+            out += "# before every call, on its arguments (they keep your names):\n" + self.call_code()
+        return out or "# nothing to apply automatically\n"
+
+
+def mark_code(name: str, dim: int, kind: str) -> str:
+    """One mark as code for the installed PyTorch."""
+    if kind == "unbacked":
+        return mark_unbacked_code(name, dim)
+    fn = {"dynamic": "mark_dynamic", "maybe_dynamic": "maybe_mark_dynamic", "static": "mark_static"}[kind]
+    return f"torch._dynamo.{fn}({name}, {dim})"
 
 
 def mark_unbacked_code(var: str, dim: int) -> str:
@@ -82,6 +122,14 @@ def for_cause(c: Cause, var: str | None, *, unbacked: bool, is_module: bool, sca
         return Prescription(c.kind, c.where, f"{mark_unbacked_code(v, c.dim)}  # one graph for sizes 0, 1 and N\n"
                             f"torch._check({v}.shape[{c.dim}] >= 1)  # where the model branches on it",
                             var is not None, "" if var is not None else "the input is not an argument of the call")
+    if c.kind == "call_signature":
+        return Prescription(c.kind, c.where, "# pass the same arguments the same way in every call: the same keywords "
+                            "(attention_mask always, say), each by keyword or each by position", False,
+                            "how you call the model is yours to change")
+    if c.kind == "size_branch":
+        return Prescription(c.kind, c.where, f"# `{c.detail}`: the model's code branches on {v}.shape[{c.dim}];\n"
+                            "# each side of the branch keeps its own graph whatever you mark: remove the branch "
+                            "(torch.cond) or accept the graphs", False, "the branch is in the model's code")
     if c.kind == "stride":
         return Prescription(c.kind, c.where, f"{v} = {v}.contiguous()  # before the call: one layout, one graph",
                             var is not None, "" if var is not None else "the input is not an argument of the call")

@@ -6,8 +6,14 @@ import html as _html
 from ...instruments.display import html_table, text_table
 
 
-ONE_GUARD = ("Torch reports the first failed guard of each cached graph, so fixing one cause can reveal "
-             "another: replay after each fix.")
+ONE_GUARD = ("The cause of each recompile is the failed guard(s) of the cached graph that would have served the "
+             "call: the one whose guards fail least. A trace keeps only the first failed guard of each graph.")
+
+
+def _status(d, p) -> str:
+    if not p.applied:
+        return "not applied: " + p.note
+    return "applied in the proof" if d.proved else "not proven: the proof was not run"
 
 
 def _md_table(rows) -> str:
@@ -21,6 +27,10 @@ def _md_table(rows) -> str:
     return "\n".join(out) + "\n"
 
 
+def _notes(d) -> list[str]:
+    return [f"{r.label}: {n}" for r in d.runs[1:] for n in r.notes]
+
+
 def markdown(d) -> str:
     """The whole diagnosis as Markdown: summary, causes, prescriptions as code, proof."""
     parts = [f"# Recompile doctor: {d.name}\n", d.summary() + "\n", f"Source: {d.evidence.source}. {ONE_GUARD}\n",
@@ -28,8 +38,8 @@ def markdown(d) -> str:
     if d.causes:
         parts.append("## Prescriptions (code for this PyTorch)\n")
         for p in d.prescriptions:
-            parts.append(f"**{p.where}** ({'applied in the proof' if p.applied else 'not applied: ' + p.note})\n")
-            parts.append("```python\n" + p.code + "\n```\n")
+            parts.append(f"**{p.where}** ({_status(d, p)})\n")
+            parts.append("```python\n" + p.code.rstrip("\n") + "\n```\n")
     if d.buckets:
         b = d.buckets
         parts.append(f"Buckets for input '{b['input']}', dim {b['dim']}: {b['boundaries']} "
@@ -37,9 +47,7 @@ def markdown(d) -> str:
                      f"{100 * b['padded share']:.1f}% of the computed size).\n")
     if len(d.runs) > 1:
         parts += ["## Proof: replayed before and after\n", _md_table(d.proof_table())]
-        for r in d.runs[1:]:
-            for n in r.notes:
-                parts.append(f"- {r.label}: {n}\n")
+        parts += [f"- {n}\n" for n in _notes(d)]
     return "\n".join(parts)
 
 
@@ -50,22 +58,25 @@ def html(d) -> str:
              html_table(d.table())]
     if d.causes:
         for p in d.prescriptions:
-            parts.append(f"<p><b>{_html.escape(p.where)}</b> "
-                         f"({'applied in the proof' if p.applied else 'not applied: ' + _html.escape(p.note)})</p>"
+            parts.append(f"<p><b>{_html.escape(p.where)}</b> ({_html.escape(_status(d, p))})</p>"
                          f"<pre>{_html.escape(p.code)}</pre>")
     if len(d.runs) > 1:
         parts.append("<h4>Proof: replayed before and after</h4>" + html_table(d.proof_table()))
-        notes = [f"{r.label}: {n}" for r in d.runs[1:] for n in r.notes]
+        notes = _notes(d)
         if notes:
             parts.append("<ul>" + "".join(f"<li>{_html.escape(n)}</li>" for n in notes) + "</ul>")
     return "\n".join(parts)
 
 
 def text(d) -> str:
-    """Plain text for a terminal."""
+    """Plain text for a terminal: summary, causes, prescriptions (code), proof and its notes."""
     out = [d.summary(), "", text_table(d.table())]
+    if d.causes:
+        out.append("")
+        for p in d.prescriptions:
+            out += [f"== {p.where} ({_status(d, p)})", p.code.rstrip("\n"), ""]
     if len(d.runs) > 1:
-        out += ["", text_table(d.proof_table())]
+        out += [text_table(d.proof_table())] + [f"- {n}" for n in _notes(d)]
     return "\n".join(out)
 
 

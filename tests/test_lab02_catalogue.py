@@ -1,0 +1,236 @@
+"""Lab 02's misconception catalogue: plausible wrong answers, each written from the idea an exercise
+tests (the line above it says which idea it gets wrong), called against the check directly and
+required to fail without the answer in the message; and correct answers written differently from
+the solution, required to pass. (tests/test_zero_one.py keeps the messages' wording for more.)"""
+import re
+
+import pytest
+import torch
+
+import shapelab as S
+from shapelab.lessons import l02_zero_one as Z
+from shapelab.lessons import l02_zero_one_lab as G
+
+SHAPES = [(4, 16), (8, 16), (16, 16), (1, 16), (8, 32), (3, 5), (1, 7), (0, 9), (2, 2)]
+STREAM = G.random_stream(30, 1, 32, seed=0) + [1, 2, 32]
+U = torch._dynamo.decorators.mark_unbacked
+
+
+def softmax_sum(x):
+    return x.softmax(-1).sum(0)
+
+
+# -- exercise 1: which calls compile ---------------------------------------------------------------
+
+PREDICTIONS_WRONG = [
+    [0, 1, 3, 4, 6],        # batch 0 thought to share the (1, s') graph: "0 and 1 are both small"
+    [0, 1, 3, 4, 7],        # (1, 7) thought to fit the (1, 16) graph: the width of a batch-1 graph is free
+    [0, 1, 3, 4, 5, 6, 7],  # (3, 5) thought to need a graph: a new width after the last compile
+    [0, 1, 2, 3, 4, 6, 7],  # the third batch size thought to compile again, a symbol per new value
+    [0, 1, 4, 6, 7],        # batch 1 thought covered by the symbol s
+    [0, 1, 3, 6, 7],        # a new width thought to fit the symbolic graph
+    [0, 1, 3, 4, 6, 7, 8],  # (2, 2) thought to need a graph of its own: duck sizing at guard time
+    [0, 3, 4, 6, 7],        # the first change of batch thought free under the default policy
+]
+
+
+@pytest.mark.parametrize("wrong", PREDICTIONS_WRONG, ids=str)
+def test_exercise_1_rejects_each_misconception(wrong):
+    ok, msg = G.check_prediction(wrong, SHAPES, softmax_sum)
+    assert not ok and not re.search(r"\bcalls? \d", msg), msg
+
+
+@pytest.mark.parametrize("right", [(0, 1, 3, 4, 6, 7), [7, 6, 4, 3, 1, 0]], ids=["tuple", "unsorted"])
+def test_exercise_1_accepts_the_answer_written_differently(right):
+    ok, msg = G.check_prediction(right, SHAPES, softmax_sum)
+    assert ok, msg
+
+
+def test_exercise_1_names_the_cause_by_observes_rule():
+    """The feedback's cause for each recompile is observe's (``cause_of``), never a rule of the lab's own."""
+    ok, msg = G.check_prediction([0, 1, 3, 4, 6, 7], SHAPES, softmax_sum)
+    rec = S.observe(softmax_sum, [S.make_tensor(s, seed=i) for i, s in enumerate(SHAPES)])
+    for e in rec.compiles:
+        if len(e.failures) > 1:
+            line = next(ln for ln in msg.splitlines() if f"call {e.call} " in ln)
+            assert line.endswith(S.short_reason(e.reason, keep_id=True)), line
+
+
+# -- exercise 2: benchmark batch 1 honestly (few entries: each one compiles a served model) -------------
+
+def _manual_first(served, x1):
+    import time
+
+    start = time.perf_counter()
+    served(x1)
+    first = time.perf_counter() - start
+    return first, S.time_call(served, x1, repeats=5)
+
+
+def _eager_first(served, x1):
+    # times the first request with compiling switched off, thought to be "the request without overhead"
+    torch.compiler.set_stance("force_eager")
+    first = S.time_first_call(served, x1)
+    torch.compiler.set_stance("default")
+    return first, S.time_call(served, x1, repeats=6)
+
+
+@pytest.mark.parametrize("wrong", [_eager_first], ids=lambda f: f.__name__)
+def test_exercise_2_rejects_each_misconception(wrong):
+    ok, msg = G.check_benchmark(wrong)
+    assert not ok, msg
+
+
+def test_exercise_2_accepts_a_first_request_timed_by_hand():
+    ok, msg = G.check_benchmark(_manual_first)
+    assert ok, msg
+
+
+# -- exercise 3: the smallest warm-up --------------------------------------------------------------
+
+def _smallest(stream):
+    """A correct rule written differently: build the warm-up request by request."""
+    sizes = set(stream)
+    warm = sorted(sizes & {0, 1})
+    big = sorted(sizes - {0, 1})
+    need = 1 if (warm or len(big) == 1) else 2
+    return warm + big[:need]
+
+
+def _smallest_by_cases(stream):
+    """Another correct rule: the cases spelled out."""
+    small = [b for b in (0, 1) if b in stream]
+    big = sorted({b for b in stream if b >= 2})
+    if not big:
+        return small
+    if small or len(big) == 1:
+        return small + [big[-1]]
+    return [big[0], big[-1]]
+
+
+def _one_makes_the_symbol(stream):
+    # only batch 1 is thought to make the next size's graph symbolic (batch 0 is "no batch at all")
+    sizes = sorted(set(stream))
+    warm = [b for b in (0, 1) if b in sizes]
+    big = [b for b in sizes if b >= 2]
+    if len(big) == 1:
+        return warm + big
+    return warm + (big[:1] if 1 in sizes else big[:2]) if big else warm
+
+
+def _always_two(stream):
+    # a symbol is thought to need two sizes of 2 or more, even after a 0 or 1
+    sizes = sorted(set(stream))
+    warm = [b for b in (0, 1) if b in sizes]
+    big = [b for b in sizes if b >= 2]
+    return warm + big[:2]
+
+
+def _small_last(stream):
+    # the 0 and 1 thought to be served by anything, so warmed last
+    sizes = sorted(set(stream))
+    big = [b for b in sizes if b >= 2]
+    return big[:2] + [b for b in (0, 1) if b in sizes]
+
+
+def _one_always(stream):
+    # batch 1 is always warmed "because it always comes", even when the traffic has none
+    sizes = sorted(set(stream))
+    big = [b for b in sizes if b >= 2]
+    return [b for b in (0,) if b in sizes] + [1] + big[:1]
+
+
+def _zero_and_one_together(stream):
+    # 0 and 1 are thought to share a graph: warming one serves both
+    sizes = sorted(set(stream))
+    big = [b for b in sizes if b >= 2]
+    small = [b for b in (0, 1) if b in sizes][:1]
+    return small + (big[:1] if small else big[:2])
+
+
+def _biggest_twice(stream):
+    # a single size thought to need a symbol too, so two requests of it
+    sizes = sorted(set(stream))
+    warm = [b for b in (0, 1) if b in sizes]
+    big = [b for b in sizes if b >= 2]
+    if len(big) == 1:
+        return warm + big + big
+    return warm + (big[:1] if warm else big[:2])
+
+
+def _small_needs_a_big(stream):
+    # a stream of only 0s and 1s thought to need a size of 2 or more too, for the symbol
+    sizes = sorted(set(stream))
+    warm = [b for b in (0, 1) if b in sizes]
+    big = [b for b in sizes if b >= 2] or [2]
+    return warm + (big[:1] if warm else big[:2])
+
+
+WARMUPS_WRONG = [_one_makes_the_symbol, _always_two, _small_last, _one_always, _zero_and_one_together,
+                 _biggest_twice, _small_needs_a_big]
+
+
+@pytest.mark.parametrize("wrong", WARMUPS_WRONG, ids=lambda f: f.__name__)
+def test_exercise_3_rejects_each_misconception(wrong):
+    ok, msg = G.check_warmup(wrong, Z.make_model(8), width=8, stream=STREAM)
+    assert not ok, msg
+
+
+@pytest.mark.parametrize("right", [_smallest, _smallest_by_cases], ids=lambda f: f.__name__)
+def test_exercise_3_accepts_correct_rules_written_differently(right):
+    ok, msg = G.check_warmup(right, Z.make_model(8), width=8, stream=STREAM)
+    assert ok, msg
+
+
+# -- exercise 4: one graph for batch 0, 1 and N ----------------------------------------------------
+
+def _oblivious(x, w, bias):
+    # a global fx switch makes backed sizes ignore 0/1, instead of marking these tensors
+    torch.fx.experimental._config.backed_size_oblivious = True
+    torch._dynamo.mark_dynamic(x, 0)
+    torch._dynamo.mark_dynamic(w, 0)
+
+
+def _limit(x, w, bias):
+    # the recompile limit raised so that the extra graphs "do not matter"
+    torch._dynamo.config.recompile_limit = 64
+    U(x, 0)
+
+
+def _mixed(x, w, bias):
+    # one unbacked mark is thought to be enough, the other input only "dynamic"
+    U(x, 0)
+    torch._dynamo.mark_dynamic(w, 0)
+
+
+def _features(x, w, bias):
+    # the features marked unbacked as well, thought harmless: bias's real size-1 row must broadcast
+    U(x, 0)
+    U(w, 0)
+    U(bias, 1)
+    U(bias, 0)
+
+
+MARKS_WRONG = [
+    _oblivious, _limit, _mixed, _features,
+    lambda x, w, bias: (torch._dynamo.mark_dynamic(x, 0), torch._dynamo.mark_dynamic(w, 0)),  # a symbol from 2
+    lambda x, w, bias: U(x, 0),                                     # only x: w's batch stays a constant
+    lambda x, w, bias: (U(x, 0), U(w, 0), U(w, 1)),                 # w's real size-1 column marked too
+    lambda x, w, bias: torch._dynamo.maybe_mark_dynamic(x, 0),      # the soft mark thought to cover 0 and 1
+]
+
+
+@pytest.mark.parametrize("wrong", MARKS_WRONG)
+def test_exercise_4_rejects_each_misconception(wrong):
+    ok, msg = G.check_one_graph(wrong)
+    assert not ok, msg
+    assert "mark_unbacked(x, 0)" not in msg and "mark_unbacked(w, 0)" not in msg
+
+
+@pytest.mark.parametrize("right", [
+    lambda x, w, bias: U(x, [0]) or U(w, [0]),
+    lambda x, w, bias: [torch._dynamo.decorators.mark_unbacked(t, 0) for t in (x, w)],
+])
+def test_exercise_4_accepts_correct_marks_written_differently(right):
+    ok, msg = G.check_one_graph(right)
+    assert ok, msg

@@ -1,0 +1,409 @@
+"""What every lab check needs to run a learner's answer fairly: look at it, watch it, call it.
+
+- ``inspect_answer(fn)``: the shortcuts an answer takes, found by reading it fully (its code and
+  every nested code object, defaults, closures, the globals it names, ``__wrapped__``, strings that
+  name modules). A shortcut is the course library (``shapelab``, its graders and their data), a
+  module reached by name (``importlib``, ``__import__``, ``sys.modules``), or a compile entry point
+  other than ``torch.compile`` (``torch._dynamo.optimize``, a ``torch.compile`` saved earlier).
+- ``watch_settings()``: a context manager that lists, in readable lines, every global compiler
+  setting the code inside it changed (Dynamo, Inductor and fx configs, the compiler stance, the
+  ``TORCH*`` environment variables), and puts each one back.
+- ``answering(fn, refuse_compile=...)``: all of the above around a block that runs the answer;
+  ``call_answer(fn, *args, refuse_compile=...)``: the same around one call. Both raise
+  ``AnswerRefused`` with a message that says why. With ``refuse_compile=True`` the answer may not
+  compile anything (by any entry point: compiling is detected by Dynamo's own frame counter).
+- ``counting_compiles()``: for answers that compile (they type ``torch.compile`` as at work): the
+  graphs they compile, on a cheap backend, with which sizes are symbols and how often each ran.
+
+Reading the grader's source on purpose cannot be stopped on the learner's own machine; these
+checks catch the accidental and the lazy shortcut, and say why it is one.
+"""
+from __future__ import annotations
+
+import contextlib
+import dis
+from dataclasses import dataclass, field
+import functools
+import os
+import sys
+import types
+from typing import Any, Callable, Iterator
+
+import torch
+
+__all__ = ["AnswerRefused", "inspect_answer", "watch_settings", "settings_now", "settings_changes",
+           "no_compiling", "answering", "call_answer", "refuse_if", "CompileLog", "counting_compiles"]
+
+_REAL_COMPILE = torch.compile  # a reference the answer saved before a check swapped it is this object
+# attribute names of compile entry points other than torch.compile
+_OTHER_ENTRY_POINTS = {"optimize", "optimize_assert", "_optimize", "_optimize_catch_errors", "OptimizeContext",
+                       "aot_compile", "_TorchCompileWrapper", "_TorchCompileInductorWrapper"}
+_ENV_PREFIXES = ("TORCH", "PYTORCH", "TORCHDYNAMO", "TORCHINDUCTOR")
+_CONFIG_MODULES = ("torch._dynamo.config", "torch._inductor.config", "torch.fx.experimental._config",
+                   "torch._functorch.config")
+
+
+class AnswerRefused(RuntimeError):
+    """The learner's answer took a shortcut or changed the process; the message says which and why."""
+
+
+# -- inspect -------------------------------------------------------------------------------------
+
+def _is_course(obj: Any) -> bool:
+    """True for the course library itself: its modules, and functions or classes defined in it."""
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__.split(".")[0] == "shapelab"
+    mod = getattr(obj, "__module__", None)
+    return isinstance(mod, str) and mod.split(".")[0] == "shapelab" and callable(obj)
+
+
+def _course_data() -> dict[int, str]:
+    """id -> 'module.name' for the containers and tensors held in the course modules' globals
+    (a grader's hidden cases or answers are such data)."""
+    out = {}
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("shapelab") or mod is None:
+            continue
+        for key, value in list(vars(mod).items()):
+            if isinstance(value, (list, dict, tuple, set, frozenset, torch.Tensor)) and not key.startswith("__"):
+                if isinstance(value, tuple) and len(value) == 0:
+                    continue
+                out[id(value)] = f"{name}.{key}"
+    return out
+
+
+def _instructions(code: types.CodeType) -> Iterator[tuple[str, Any]]:
+    for ins in dis.get_instructions(code):
+        yield ins.opname, ins.argval
+
+
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    """``code`` and every code object nested in it (inner functions, lambdas, comprehensions)."""
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)
+
+
+def _builtin(g: dict, name: str) -> Any:
+    b = g.get("__builtins__")
+    return b.get(name) if isinstance(b, dict) else getattr(b, name, None)
+
+
+def _describe(obj: Any) -> str:
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__name__
+    mod = getattr(obj, "__module__", None) if not isinstance(obj, types.ModuleType) else None
+    return f"{mod}.{name}" if mod else str(name)
+
+
+def inspect_answer(fn: Any, *, compile_allowed: bool = True, allow: tuple = ()) -> list[str]:
+    """Every shortcut the answer ``fn`` takes, as readable lines (empty: none found).
+
+    Follows the functions the answer calls by global name, its defaults, closures, ``__wrapped__``,
+    ``functools.partial`` arguments, bound methods, and the methods of classes it defines. With
+    ``compile_allowed=False`` a use of ``torch.compile`` is a shortcut too. ``allow``: course objects
+    the exercise itself hands to the learner (a timing helper, say), which are not shortcuts.
+    """
+    problems: list[str] = []
+    seen: set[int] = set()
+    home = {"__main__", getattr(fn, "__module__", None), getattr(getattr(fn, "func", None), "__module__", None)}
+    data = _course_data()
+
+    def note(line: str) -> None:
+        if line not in problems:
+            problems.append(line)
+
+    def value(obj: Any, where: str) -> None:
+        """Judge one object the answer reaches; follow it if it is code of the learner's."""
+        if any(obj is a or (isinstance(obj, types.MethodType) and obj == a) for a in allow):
+            return
+        if obj is _REAL_COMPILE or obj is torch._dynamo.optimize or obj is torch._dynamo.optimize_assert:
+            note(f"{where} is a compile entry point saved outside the answer ({_describe(obj)}): "
+                 + ("the answer must not compile" if not compile_allowed else
+                    "write torch.compile(...) in the answer, so the check sees the call"))
+            return
+        if _is_course(obj):
+            note(f"{where} is the course library ({_describe(obj)}): answer with PyTorch, not with shapelab")
+            return
+        if id(obj) in data:
+            note(f"{where} is the grader's own data ({data[id(obj)]}): the check's cases are hidden on purpose")
+            return
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            for item in list(obj)[:50]:
+                if callable(item) or isinstance(item, types.ModuleType):
+                    value(item, where)
+            return
+        follow(obj, where)
+
+    def follow(obj: Any, where: str) -> None:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if getattr(obj, "__module__", None) not in home:  # library code (torch's, say) is judged, not read
+            return
+        wrapped = getattr(obj, "__wrapped__", None) if not isinstance(obj, types.ModuleType) else None
+        if wrapped is not None and not isinstance(obj, type):
+            if _is_course(wrapped):
+                note(f"{where} wraps the course library (__wrapped__ is {_describe(wrapped)}): answer with PyTorch")
+            else:
+                value(wrapped, f"{where} (__wrapped__)")
+        if isinstance(obj, functools.partial):
+            value(obj.func, f"{where} (partial)")
+            for i, a in enumerate(obj.args):
+                value(a, f"{where} (partial argument {i})")
+            for k, a in obj.keywords.items():
+                value(a, f"{where} (partial argument {k})")
+            return
+        if isinstance(obj, types.MethodType):
+            value(obj.__func__, where)
+            value(obj.__self__, f"{where} (its object)")
+            return
+        if isinstance(obj, type):
+            if obj.__module__ in ("__main__", getattr(fn, "__module__", None)):
+                for k, member in vars(obj).items():
+                    if isinstance(member, (types.FunctionType, staticmethod, classmethod)):
+                        value(getattr(member, "__func__", member), f"{where}.{k}")
+            return
+        if not isinstance(obj, types.FunctionType):
+            call = getattr(type(obj), "__call__", None)
+            if isinstance(call, types.FunctionType) and type(obj).__module__ == "__main__":
+                value(call, f"{where}.__call__")
+            return
+        name = obj.__qualname__
+        for i, d in enumerate(obj.__defaults__ or ()):
+            value(d, f"a default argument of {name}")
+        for k, d in (obj.__kwdefaults__ or {}).items():
+            value(d, f"the default of {name}'s {k}")
+        for var, cell in zip(obj.__code__.co_freevars, obj.__closure__ or ()):
+            try:
+                value(cell.cell_contents, f"{name}'s closure variable {var!r}")
+            except ValueError:  # an empty cell
+                pass
+        g = obj.__globals__
+        for code in _codes(obj.__code__):
+            for const in code.co_consts:
+                if isinstance(const, str) and "shapelab" in const:
+                    note(f"{name} names the course library in a string ({const!r}): answer with PyTorch, not shapelab")
+            for op, arg in _instructions(code):
+                if op in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(arg, str):
+                    if arg in ("importlib", "__import__", "exec", "eval"):
+                        note(f"{name} reaches code by name ({arg}): import what you need at the top of the notebook")
+                        continue
+                    target = g[arg] if arg in g else _builtin(g, arg)
+                    if target is not None and target is not fn:
+                        value(target, f"the global {arg!r} that {name} uses")
+                elif op in ("LOAD_ATTR", "LOAD_METHOD", "IMPORT_NAME", "IMPORT_FROM") and isinstance(arg, str):
+                    if arg in _OTHER_ENTRY_POINTS:
+                        note(f"{name} uses {arg}, a compile entry point other than torch.compile: "
+                             "the check counts what torch.compile does")
+                    elif arg in ("import_module", "modules") or arg.split(".")[0] in ("shapelab", "importlib"):
+                        note(f"{name} reaches a module by name ({arg}): "
+                             "answer with PyTorch, and import at the top of the notebook")
+                    elif arg == "compile" and not compile_allowed:
+                        note(f"{name} calls torch.compile: answer from what you know, do not measure")
+
+    value(fn, "your answer")
+    return problems
+
+
+def refuse_if(problems: list[str]) -> None:
+    """Raise ``AnswerRefused`` naming the first problem (and how many more)."""
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise AnswerRefused(problems[0] + more)
+
+
+# -- settings ------------------------------------------------------------------------------------
+
+def settings_now() -> dict:
+    """The global settings an answer must leave alone, as plain values."""
+    import importlib
+
+    from ..instruments import compat
+
+    out = {}
+    for mod_name in _CONFIG_MODULES:
+        for key, val in importlib.import_module(mod_name).get_config_copy().items():
+            out[f"{mod_name}.{key}"] = val
+    out["the compiler stance"] = compat.current_stance()
+    for key, val in os.environ.items():
+        if key.startswith(_ENV_PREFIXES):
+            out[f"env {key}"] = val
+    return out
+
+
+def settings_changes(before: dict, after: dict) -> list[str]:
+    """Readable lines for every setting that differs between two ``settings_now()``."""
+    lines = []
+    for key in list(before) + [k for k in after if k not in before]:
+        old, new = before.get(key), after.get(key)
+        try:
+            same = old == new
+        except Exception:  # values that cannot be compared (tensors, callables) count as unchanged
+            same = True
+        if not same:
+            lines.append(f"{key}: {old!r} -> {new!r}")
+    return lines
+
+
+def _put_back(before: dict) -> None:
+    import importlib
+
+    now = settings_now()
+    for key in settings_changes(before, now):
+        key = key.split(": ")[0]
+        if key == "the compiler stance":
+            stance, skip = before[key]
+            torch.compiler.set_stance(stance, skip_guard_eval_unsafe=skip)
+        elif key.startswith("env "):
+            name = key[4:]
+            if name in os.environ and key not in before:
+                del os.environ[name]
+            elif key in before:
+                os.environ[name] = before[key]
+        else:
+            mod_name, _, attr = key.rpartition(".")
+            if key in before:
+                setattr(importlib.import_module(mod_name), attr, before[key])
+
+
+@contextlib.contextmanager
+def watch_settings() -> Iterator[list[str]]:
+    """Yield a list that, on exit, holds a readable line for every global setting changed inside;
+    every such setting is put back."""
+    before = settings_now()
+    changes: list[str] = []
+    try:
+        yield changes
+    finally:
+        changes.extend(settings_changes(before, settings_now()))
+        if changes:
+            _put_back(before)
+
+
+# -- call ----------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def no_compiling(what: str) -> Iterator[None]:
+    """Refuse ``torch.compile`` and ``torch._dynamo.optimize`` while the learner's code runs."""
+    saved = torch.compile, torch._dynamo.optimize
+
+    def refuse(*args, **kwargs):
+        raise AnswerRefused(f"{what} called a compile entry point: answer from what you know, do not measure")
+
+    torch.compile = refuse
+    torch._dynamo.optimize = refuse
+    try:
+        yield
+    finally:
+        torch.compile, torch._dynamo.optimize = saved
+
+
+def _frames_compiled() -> int:
+    return sum(torch._dynamo.utils.counters["frames"].values())
+
+
+@contextlib.contextmanager
+def answering(fn: Callable, *, refuse_compile: bool = True, allow: tuple = (), what: str | None = None) -> Iterator[None]:
+    """The learner's ``fn`` may run (any number of times) inside this block: it is inspected first,
+    compiling is refused if asked, and global settings are watched; ``AnswerRefused`` (the message
+    says why) for a shortcut, a compile where none is allowed, or a changed setting, which is put back.
+    Run the check's own compiles outside the block: inside, they count as the answer's."""
+    what = what or getattr(fn, "__name__", "your function")
+    if not callable(fn):
+        raise AnswerRefused(f"{what} is not a function yet")
+    refuse_if(inspect_answer(fn, compile_allowed=not refuse_compile, allow=allow))
+    frames = _frames_compiled()
+    with watch_settings() as changed:
+        if refuse_compile:
+            with no_compiling(what):
+                yield
+        else:
+            yield
+    if changed:
+        raise AnswerRefused(f"{what} changed a global setting ({'; '.join(changed)}): that changes every model in "
+                            "the process; put the fix on the tensor or in the torch.compile call")
+    if refuse_compile and _frames_compiled() != frames:
+        raise AnswerRefused(f"{what} compiled a function: answer from what you know, do not measure")
+
+
+def call_answer(fn: Callable, *args, refuse_compile: bool = True, allow: tuple = (), what: str | None = None,
+                **kwargs) -> Any:
+    """``fn(*args, **kwargs)`` inside ``answering``: one call of the learner's function, judged."""
+    with answering(fn, refuse_compile=refuse_compile, allow=allow, what=what):
+        return fn(*args, **kwargs)
+
+
+# -- compiles the answer makes -------------------------------------------------------------------
+
+@dataclass
+class CompileLog:
+    """What the ``torch.compile`` calls an answer made did, as ``counting_compiles`` saw it."""
+
+    shapes: list[list[tuple]] = field(default_factory=list)  # per graph: its tensor inputs' shapes, a str per symbol
+    runs: list[int] = field(default_factory=list)  # per graph: how many times it ran
+    options: list[dict] = field(default_factory=list)  # the keywords of each torch.compile call
+    settings: list[str] = field(default_factory=list)  # global settings found changed while a graph compiled
+
+    @property
+    def count(self) -> int:
+        """Graphs compiled."""
+        return len(self.shapes)
+
+    @property
+    def total_runs(self) -> int:
+        """Calls that ran a compiled graph."""
+        return sum(self.runs)
+
+
+def _set_by_compile(options: list[dict]) -> set[str]:
+    """Settings ``torch.compile`` itself patches while compiling, for the keywords it was given
+    (``dynamic=``, and a per-function ``recompile_limit=`` where this release has it)."""
+    values = {o.get("dynamic") for o in options}
+    own = {f"torch._dynamo.config.{k}" for o in options for k in o}
+    if True in values or False in values:
+        own.add("torch._dynamo.config.assume_static_by_default")
+    if False in values:
+        own.add("torch._dynamo.config.automatic_dynamic_shapes")
+    return own
+
+
+@contextlib.contextmanager
+def counting_compiles(backend: str = "eager") -> Iterator[CompileLog]:
+    """While inside, ``torch.compile`` (as the answer types it) compiles with a recording backend on
+    top of the cheap ``backend``, whatever backend, mode or options the answer named; the log counts
+    graphs and the runs of each, keeps each graph's input shapes (which sizes are symbols), and notes
+    a global setting changed while a graph compiled (a ``config.patch`` around the compile, say)."""
+    from ..instruments.observe import _graph_shapes
+
+    log = CompileLog()
+    inner = torch._dynamo.lookup_backend(backend)
+    before = settings_now()
+    saved = torch.compile
+
+    def recording(gm, example_inputs):
+        i = len(log.runs)
+        log.runs.append(0)
+        log.shapes.append(_graph_shapes(gm))
+        own = _set_by_compile(log.options)
+        log.settings.extend(c for c in settings_changes(before, settings_now())
+                            if c not in log.settings and c.split(":")[0] not in own)
+        compiled = inner(gm, example_inputs)
+
+        def run(*args):
+            log.runs[i] += 1
+            return compiled(*args)
+
+        return run
+
+    def compile_(model=None, **kwargs):
+        log.options.append(dict(kwargs))
+        for key in ("backend", "mode", "options"):
+            kwargs.pop(key, None)
+        return saved(model, backend=recording, **kwargs)
+
+    torch.compile = compile_
+    try:
+        yield log
+    finally:
+        torch.compile = saved

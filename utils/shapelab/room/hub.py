@@ -1,0 +1,128 @@
+"""The hub's configuration for a room on one machine: JupyterHub with its proxy, first-use passwords,
+one OS user per learner, the instructor as admin, the room service and the idle culler.
+
+``Room`` holds the choices (the command fills it from its options); ``write_config`` saves them
+beside a two-line ``jupyterhub_config.py`` that hands them to ``configure``, so what the hub runs
+can be read in one file and the tests run the same configuration with one service added.
+"""
+from __future__ import annotations
+
+import json
+import pwd
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import accounts
+
+LANDING = "/lab/tree/notebooks/00_orientation.ipynb"
+SERVICE = "room"
+
+
+@dataclass
+class Room:
+    course: str                       # the course's folder: labs/ and notebooks/ are copied from it
+    state: str                        # the room's own files: databases, passwords, cookie secret, warmed cache
+    homes: str                        # learners' homes are made under it
+    instructor: str = "instructor"    # the hub's admin; the only one who sees the room's page
+    learners: list[str] | None = None  # the roster; None: anyone may sign up on first login
+    ip: str = ""                      # "" listens on every interface
+    port: int = 8000
+    proxy_api_port: int = 8001
+    hub_port: int = 8081
+    service_port: int = 10101
+    db: str = ""                      # the room service's store (default: SQLite in state)
+    idle_timeout: int = 3600          # seconds before an idle server is stopped
+    mem_limit: str = "2G"             # per learner (advisory with LocalProcessSpawner; see INSTRUCTOR.md)
+    cpu_limit: float = 1.0
+    threads: int = 1                  # OMP_NUM_THREADS in each learner's kernel
+    python: str = sys.executable      # the course's environment (the hub and the room service run it)
+    learner_python: str = ""          # what learners' servers run (accounts.learner_python); default: python
+    ssl_cert: str = ""
+    ssl_key: str = ""
+    extra_env: dict = field(default_factory=dict)
+
+    @property
+    def store_url(self) -> str:
+        return self.db or f"sqlite:///{Path(self.state) / 'room.sqlite'}"
+
+    @property
+    def cache(self) -> Path:
+        return Path(self.state) / "inductor-cache"
+
+
+def write_config(room: Room, extra: str = "") -> Path:
+    """Write ``room.json`` and ``jupyterhub_config.py`` into the room's state folder; return the latter."""
+    state = Path(room.state)
+    state.mkdir(parents=True, exist_ok=True)
+    state.chmod(0o700)  # passwords, secrets and the store are root's alone
+    (state / "room.json").write_text(json.dumps(asdict(room), indent=1))
+    config = state / "jupyterhub_config.py"
+    config.write_text("from shapelab.room.hub import configure, load\n"
+                      f"configure(c, load({str(state / 'room.json')!r}))\n" + extra)
+    return config
+
+
+def load(path) -> Room:
+    return Room(**json.loads(Path(path).read_text()))
+
+
+def configure(c, room: Room) -> None:
+    """Set every option of the hub ``c`` (a traitlets config) for ``room``."""
+    state = Path(room.state)
+    c.JupyterHub.ip, c.JupyterHub.port = room.ip, room.port
+    c.JupyterHub.hub_ip, c.JupyterHub.hub_port = "127.0.0.1", room.hub_port
+    c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{room.proxy_api_port}"
+    c.ConfigurableHTTPProxy.pid_file = str(state / "proxy.pid")
+    c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
+    c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
+    if room.ssl_cert:
+        c.JupyterHub.ssl_cert, c.JupyterHub.ssl_key = room.ssl_cert, room.ssl_key
+
+    # first-use passwords, as The Littlest JupyterHub: a learner's first login sets their password
+    c.JupyterHub.authenticator_class = "firstuseauthenticator.FirstUseAuthenticator"
+    c.FirstUseAuthenticator.dbm_path = str(state / "passwords.dbm")
+    c.FirstUseAuthenticator.create_users = room.learners is None
+    c.Authenticator.admin_users = {room.instructor}
+    if room.learners is not None:
+        c.Authenticator.allowed_users = set(room.learners) | {room.instructor}
+    else:
+        c.Authenticator.allow_all = True
+
+    # each learner a separate OS user, their server started as them in their own home
+    c.JupyterHub.spawner_class = "jupyterhub.spawner.LocalProcessSpawner"
+    c.Spawner.cmd = [room.learner_python or room.python, "-m", "jupyterhub.singleuser"]
+    c.Spawner.default_url = LANDING
+    c.Spawner.notebook_dir = "~"
+    c.Spawner.mem_limit, c.Spawner.cpu_limit = room.mem_limit, room.cpu_limit
+    c.Spawner.http_timeout = c.Spawner.start_timeout = 120
+    prefix = f"/services/{SERVICE}"
+    c.Spawner.environment = {
+        "SHAPELAB_ROOM_URL": f"http://127.0.0.1:{room.service_port}{prefix}",
+        "TORCHINDUCTOR_CACHE_DIR": lambda spawner: str(Path(pwd.getpwnam(spawner.user.name).pw_dir) / accounts.CACHE),
+        "OMP_NUM_THREADS": str(room.threads),
+        **room.extra_env,
+    }
+    # the kernel's token may post to the room service as its own user, and nothing more than before
+    c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", f"access:services!service={SERVICE}"]
+
+    def furnish(spawner):
+        user = accounts.ensure_user(spawner.user.name, Path(room.homes))
+        accounts.furnish(user, Path(room.course), room.cache)
+
+    c.Spawner.pre_spawn_hook = furnish
+
+    python = room.python
+    c.JupyterHub.services = [
+        {"name": SERVICE, "url": f"http://127.0.0.1:{room.service_port}", "oauth_no_confirm": True,
+         "command": [python, "-m", "shapelab.room.service", "--db", room.store_url],
+         "environment": {"SHAPELAB_ROOM_INSTRUCTORS": room.instructor}, "display": True},
+        {"name": "idle-culler",
+         "command": [python, "-m", "jupyterhub_idle_culler", f"--timeout={room.idle_timeout}", "--cull-every=300"]},
+    ]
+    c.JupyterHub.load_roles = [
+        {"name": "user", "scopes": ["self", f"access:services!service={SERVICE}"]},
+        {"name": "room-service", "services": [SERVICE], "scopes": ["list:users", "read:users:name"]},
+        {"name": "idle-culler", "services": ["idle-culler"],
+         "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]},
+    ]
