@@ -155,6 +155,33 @@ def test_trace_gives_the_same_diagnosis_as_the_live_replay(tmp_path):
     assert main(["--trace", str(tmp_path / "trace"), "--tlparse", str(tmp_path / "tl"), "--out", str(out)]) == 0
     assert (tmp_path / "tl" / "index.html").exists()  # the installed tlparse read the same trace
     assert {"dimension", "zero_one", "python_value", "global_state", "data_dependent"} <= set(live.kinds)
+    assert "applied in the proof" not in out.read_text().split("## Proof")[0].replace(
+        "not proven", "")  # the --no-prove report never claims a proof it did not run
+    _damaged_traces_are_reported(tmp_path, traced)
+
+
+def _damaged_traces_are_reported(tmp_path, whole, capsys=None):
+    """A truncated trace is read with a warning and a count, never as a silent smaller diagnosis."""
+    import shutil
+
+    log = max((tmp_path / "trace").glob("*.log"), key=lambda p: p.stat().st_size)
+    text = log.read_bytes()
+    for name, size in (("half", len(text) // 2), ("3kb", 3000)):
+        cut = tmp_path / name
+        shutil.copytree(tmp_path / "trace", cut)
+        (cut / log.name).write_bytes(text[:size])
+        try:
+            d = diagnose_trace(cut)
+        except DoctorError as e:
+            assert "could be read" in str(e) or "not a TORCH_TRACE" in str(e)
+            assert main(["--trace", str(cut)]) == 2
+            continue
+        assert d.evidence.unreadable > 0 and "TRACE DAMAGED" in d.summary()
+        assert d.evidence.count <= whole.evidence.count
+    assert main(["--trace", str(tmp_path / "trace"), "--out", str(tmp_path / "missing" / "r.md")]) == 2
+    text_out = tmp_path / "r.txt"
+    assert main(["--trace", str(tmp_path / "trace"), "--format", "text", "--out", str(text_out)]) == 0
+    assert "mark_" in text_out.read_text()  # --format text carries the prescriptions
 
 
 LOOP = '''
@@ -230,3 +257,95 @@ def test_a_model_nobody_in_the_course_wrote():
         d = diagnose(model, calls, backend="eager", name="gpt2")
     assert d.evidence.count == 4 and {"dimension", "zero_one"} <= set(d.kinds)
     assert proven(d).compiles < d.evidence.count
+
+
+# --- what issue 20 found, each pinned -------------------------------------------------------------
+
+def test_the_cause_is_the_graph_that_would_have_served_the_call():
+    # (4, 8), (1, 8), (4, 1), then a transposed (4, 8): the last call fits the first graph's sizes and fails
+    # only its stride, so the stride is the cause and .contiguous() is prescribed (not another graph's 0/1 guard).
+    g = torch.Generator().manual_seed(0)
+    calls = [torch.randn(4, 8, generator=g), torch.randn(1, 8, generator=g), torch.randn(4, 1, generator=g),
+             torch.randn(8, 4, generator=g).t()]
+    d = diagnose(pointwise, calls, buckets=False)
+    last = d.evidence.graphs[-1]
+    assert "stride mismatch" in last.cause and last.cause.startswith("0/0:")
+    assert "x = x.contiguous()" in d.code
+    assert proven(d).compiles == d.proof.predicted
+
+
+def blocks(x):
+    side = x.shape[2] // 8
+    if side * side == 16:  # the model's own code branching on a size
+        return x.flatten(1).sum(1)
+    return x.mean((1, 2))
+
+
+def test_a_branch_on_a_size_is_named_with_its_expression():
+    g = torch.Generator().manual_seed(0)
+    d = diagnose(blocks, [torch.randn(2, 3, n, generator=g) for n in (16, 24, 32, 40)], buckets=False)
+    branch = [c for c in d.causes if c.kind == "size_branch"]
+    assert branch and "x.size()[2]" in branch[0].detail and branch[0].dim == 2
+    assert "size()" in branch[0].where  # the expression is shown, not hidden behind "a dimension"
+    assert proven(d).compiles == d.proof.predicted
+
+
+def test_a_star_args_wrapper_names_the_argument_it_wraps():
+    import functools
+
+    def decorated(fn):  # what transformers does to several forwards
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+        return wrapper
+
+    class Wrapped(torch.nn.Module):
+        @decorated
+        def forward(self, x):
+            return x * 2
+
+    d = diagnose(Wrapped(), [torch.randn(n, 3) for n in (4, 8, 5)], buckets=False)
+    assert d.causes[0].input == "args[1]" and d.causes[0].shown == "x"
+    assert "mark_dynamic(x, 0)" in d.code and proven(d).compiles == 1
+
+
+def test_keyword_calls_and_the_callers_inputs_are_untouched():
+    class Masked(torch.nn.Module):
+        def forward(self, ids, *, mask=None, cache=None):
+            out = ids.float() * (mask if mask is not None else 1)
+            if cache is not None:
+                cache.append(out.sum())  # a model that grows its cache in place
+            return out
+
+    calls = [Call(torch.ones(2, n), mask=torch.ones(2, n), cache=[]) for n in (3, 5, 7)]
+    calls.append({"ids": torch.ones(1, 4), "mask": torch.ones(1, 4), "cache": []})
+    d = diagnose(Masked(), calls, buckets=False)
+    assert {c.shown for c in d.causes if c.kind == "dimension"} <= {"ids", "mask"}
+    assert all(len(c.kwargs["cache"]) == 0 for c in calls[:3]) and calls[3]["cache"] == []
+    assert proven(d).compiles == d.proof.predicted
+
+
+def test_a_first_prescription_that_misses_says_so_and_names_what_remains():
+    def odd_one_out(x):
+        return x.unflatten(0, (x.shape[0], 1)).squeeze(1).sum(0) if x.shape[0] != 3 else x
+
+    d = diagnose(odd_one_out, [torch.randn(n, 3) for n in (4, 8, 1, 5)], buckets=False)
+    missed = [r for r in d.runs[1:] if r.missed]
+    assert missed and "the prediction missed" in missed[0].notes[0]
+    assert any(n.startswith("still recompiling") and "next:" in n for n in missed[0].notes)
+    assert "the prediction missed" in d.markdown()
+
+
+def test_an_error_inside_the_doctor_is_the_doctors(monkeypatch):
+    from shapelab.tools.doctor import core
+
+    monkeypatch.setattr(core, "find_causes", lambda ev: 1 / 0)
+    with pytest.raises(core.DoctorInternalError, match="its own error, not your model's"):
+        diagnose(pointwise, [torch.randn(2, 3), torch.randn(4, 3)])
+
+
+def test_timing_needs_five_warm_calls():
+    d = diagnose(pointwise, [torch.randn(n, 3) for n in (2, 4)], buckets=False)
+    assert "n/a" in d.runs[0].timing()
+    d = diagnose(pointwise, [torch.randn(n, 3) for n in (2, 4, 5, 6, 7, 8, 9, 10)], buckets=False)
+    assert "IQR" in d.proof.timing() and "7 calls" in d.proof.timing()

@@ -39,3 +39,19 @@ def test_prediction_cell_comes_before_the_experiment():
     assert prompt < pred < experiment
     assert not any("graph" in l and re.search(r"\d", l) for c in cells[:experiment] if c.cell_type == "markdown"
                    for l in c.source.splitlines() if l.startswith("#"))
+
+
+def test_the_limit_keeps_its_graphs_then_runs_new_shapes_eagerly_with_one_warning():
+    """Section 2's sentence on the limit: a function keeps `recompile_limit` graphs (the first compile and the
+    recompiles after it), the next new shape runs eagerly, and torch says so in one WARNING, not silently."""
+    import torch
+
+    import shapelab as S
+
+    limit = torch._dynamo.config.recompile_limit
+    rec = S.observe(lambda x: x * 2, [torch.randn(n) for n in range(2, limit + 4)], dynamic=False)
+    assert rec.count == limit and rec.fell_back == [limit, limit + 1]
+    assert len(rec.warnings) == 1 and f"hit config.recompile_limit ({limit})" in rec.warnings[0]
+    text = "\n".join(c.source for c in nbformat.read(LESSON, as_version=4).cells if c.cell_type == "markdown")
+    assert "silently" not in text and "stops after 8 recompiles" not in text
+    assert "torch._dynamo.config.recompile_limit" in _code()  # the value is printed from the run

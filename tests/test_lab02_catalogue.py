@@ -49,7 +49,7 @@ def test_exercise_1_accepts_the_answer_written_differently(right):
 def test_exercise_1_names_the_cause_by_observes_rule():
     """The feedback's cause for each recompile is observe's (``cause_of``), never a rule of the lab's own."""
     ok, msg = G.check_prediction([0, 1, 3, 4, 6, 7], SHAPES, softmax_sum)
-    rec = S.observe(softmax_sum, [S.make_tensor(s, seed=i) for i, s in enumerate(SHAPES)])
+    rec, _ = G._compiling_calls(softmax_sum, SHAPES)  # what S.observe recorded for these calls
     for e in rec.compiles:
         if len(e.failures) > 1:
             line = next(ln for ln in msg.splitlines() if f"call {e.call} " in ln)
@@ -65,20 +65,6 @@ def _manual_first(served, x1):
     served(x1)
     first = time.perf_counter() - start
     return first, S.time_call(served, x1, repeats=5)
-
-
-def _eager_first(served, x1):
-    # times the first request with compiling switched off, thought to be "the request without overhead"
-    torch.compiler.set_stance("force_eager")
-    first = S.time_first_call(served, x1)
-    torch.compiler.set_stance("default")
-    return first, S.time_call(served, x1, repeats=6)
-
-
-@pytest.mark.parametrize("wrong", [_eager_first], ids=lambda f: f.__name__)
-def test_exercise_2_rejects_each_misconception(wrong):
-    ok, msg = G.check_benchmark(wrong)
-    assert not ok, msg
 
 
 def test_exercise_2_accepts_a_first_request_timed_by_hand():

@@ -25,6 +25,7 @@ import dis
 from dataclasses import dataclass, field
 import functools
 import os
+import re
 import sys
 import types
 from typing import Any, Callable, Iterator
@@ -182,7 +183,7 @@ def inspect_answer(fn: Any, *, compile_allowed: bool = True, allow: tuple = ()) 
         g = obj.__globals__
         for code in _codes(obj.__code__):
             for const in code.co_consts:
-                if isinstance(const, str) and "shapelab" in const:
+                if isinstance(const, str) and re.fullmatch(r"\s*shapelab(\.\w+)*\s*", const):  # a module name, not prose
                     note(f"{name} names the course library in a string ({const!r}): answer with PyTorch, not shapelab")
             for op, arg in _instructions(code):
                 if op in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(arg, str):

@@ -1,13 +1,15 @@
 """Lab 01's graders: each check runs the learner's answer on cases the learner did not see.
 
 Every check compiles and measures itself, from a clean compile state (``isolated``), with its own
-fresh functions and tensors; its feedback names what went wrong and the input it went wrong on,
-never the count or answer the learner was asked to find. Answers that compile to measure, or that
-change a global setting instead of marking a tensor, are detected and refused.
+fresh functions and tensors, over the domain its exercise states, edges first; its feedback names
+what went wrong and the input it went wrong on, never the count or answer the learner was asked to
+find. Answers run through ``labkit.answers``: inspected for shortcuts (the course library, another
+compile entry point, a saved ``torch.compile``), with global settings watched and reported.
 
 - ``check_expected_graphs``: a rule that predicts the graph count of any stream under four policies;
-- ``check_annotate``: one mark that serves every batch size with one graph;
-- ``check_guard_fix``: the guard that made ``project`` recompile, and a policy that fixes it;
+- ``check_annotate``: one mark that serves every batch size from 2 to 64 with one graph;
+- ``check_guard_fix``: the guard that made ``project`` recompile, copied whole, and PyTorch that
+  compiles and marks so that one graph with a symbolic batch serves every hidden stream;
 - ``check_runs_without_compiling``: which inputs the cached graphs of ``clip`` serve, read from its guards;
 - ``check_loader_mark``: the mark a data loader should put on the batch dimension.
 """
@@ -25,7 +27,7 @@ from torch._dynamo.testing import CompileCounter
 
 from ..instruments.display import fmt_shape
 from ..instruments.isolation import isolated
-from ..instruments.observe import ExperimentError, observe, short_reason
+from ..instruments.observe import ExperimentError, short_reason
 from ..labkit.answers import AnswerRefused, answering, call_answer, counting_compiles
 from ..labkit.checks import unanswered
 
@@ -70,7 +72,7 @@ def _measured(shapes: tuple, policy: str) -> int:
         return cnt.frame_count
 
 
-def hidden_streams(rng: random.Random, n: int = 4) -> list[list[tuple]]:
+def hidden_streams(rng: random.Random, n: int = 2) -> list[list[tuple]]:
     """Fixed streams that tell the usual wrong rules apart, then ``n`` random ones.
 
     Every size is 2 or more and a batch never equals a feature count (no duck sizing, no 0/1),

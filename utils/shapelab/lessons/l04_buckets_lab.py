@@ -1,15 +1,22 @@
 """Lab 04's graders: each runs the learner's answer on cases the lab did not show, and says what
 is wrong in the learner's terms without printing the value they were asked to find.
 
+Hidden cases are generated over each exercise's stated domain, edges first (plain seeded generators):
+
 - ``check_pow2_bucket`` / ``check_multiple_bucket``: every length 1..L for hidden (L, smallest)
-  and (k, L) cases, caps and floors included;
-- ``check_masked_mean``: compiles the learner's function itself (``dynamic=False``, one graph
-  asked for), on hidden batches whose rows have different lengths and whose padding holds 7s
-  and other non-zero values; one graph per padded size, not per length;
+  and (k, L) cases, L = 1, smallest = L, k = 1, k = L, k > L, caps and floors included, and the
+  edge lengths of an L past a million;
+- ``check_masked_mean``: compiles the learner's function itself (``dynamic=False``), on hidden
+  batches from one row of one token up, padded on the right, on the left and both in one batch,
+  in float32, float64 and bfloat16, padding holding 7s, -1000s and zeros; values and dtype, and
+  one whole graph per input shape (no break), not per length; a compiler switch set before the
+  check or inside the answer is reported;
 - ``check_choose_buckets``: the learner's bucket search on hidden traffic samples against the
-  optimum, and the waste they report for their choice, recomputed;
+  optimum (a budget of 1, one length only, all at L, fewer lengths than the budget included),
+  and the waste they report for their choice, recomputed;
 - ``check_per_request_seconds``: the learner's timer on hidden workloads whose first call is
-  slow (a compile) and whose cost the check re-measures itself;
+  slow (a compile), which take exactly the arguments handed over, and whose cost the check
+  re-measures itself;
 - ``check_choose_policy``: the cheapest policy and its total, recomputed, on hidden scenarios
   given as plain tuples (no cost method to borrow).
 

@@ -13,8 +13,6 @@ a shortcut (``labkit.answers.inspect_answer``) are refused. Feedback never print
 """
 from __future__ import annotations
 
-import contextlib
-import math
 from dataclasses import dataclass, field
 from typing import Callable
 

@@ -64,6 +64,7 @@ def write_config(room: Room, extra: str = "") -> Path:
 
 
 def load(path) -> Room:
+    """The room saved by ``write_config``."""
     return Room(**json.loads(Path(path).read_text()))
 
 
@@ -111,6 +112,12 @@ def configure(c, room: Room) -> None:
         accounts.furnish(user, Path(room.course), room.cache)
 
     c.Spawner.pre_spawn_hook = furnish
+
+    # JupyterHub restarts a managed service when its poll sees it gone; that poll (every 30 s) takes no
+    # config, so a crashed room service would be away for half a minute: look every 3 s instead
+    from jupyterhub.services import service as hub_services
+    if hasattr(hub_services, "_ServiceSpawner"):
+        hub_services._ServiceSpawner.poll_interval = 3
 
     python = room.python
     c.JupyterHub.services = [

@@ -24,9 +24,14 @@ class Load:
     resent: int = 0
     failed: list = field(default_factory=list)
     latencies: list = field(default_factory=list)  # seconds, one per request
+    first: list = field(default_factory=list)  # each learner's first request: the service asks the hub who it is
 
-    def p95(self) -> float:
+    def p95(self, steady: bool = False) -> float:
+        """The 95th percentile latency; ``steady``: without each learner's first request."""
         ordered = sorted(self.latencies)
+        if steady:
+            for t in self.first:
+                ordered.remove(t)
         return ordered[int(0.95 * (len(ordered) - 1))] if ordered else float("nan")
 
 
@@ -50,13 +55,15 @@ def run(url: str, tokens: dict[str, str], seconds: float, rate: float = 1.0) -> 
             time.sleep(max(0.0, start + tick - time.monotonic()))
             record = {"id": uuid.uuid4().hex, "lesson": "loadtest", "prompt": f"prompt {n % 5}",
                       "predicted": str(n % 3), "measured": "1", "agreed": n % 3 == 1}
-            for attempt in range(2 if n % 10 == 9 else 1):  # every tenth record is sent twice
+            for attempt in range(2 if (n + index) % 10 == 9 else 1):  # a tenth of the records are sent twice
                 try:
                     status, latency = _post(url, token, record)
                     with lock:
                         load.sent += attempt == 0
                         load.resent += attempt == 1
                         load.latencies.append(latency)
+                        if n == 0 and attempt == 0:
+                            load.first.append(latency)
                         if status in (200, 201):
                             load.acknowledged[record["id"]] = name
                 except Exception as e:

@@ -15,12 +15,12 @@ import json
 import os
 import re
 import time
-from pathlib import Path
 from urllib.parse import urlparse
 
-from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from tornado import httpclient, ioloop, web
 
+from .page import PAGE
 from .store import Store
 
 INSTRUCTORS_ENV = "SHAPELAB_ROOM_INSTRUCTORS"
@@ -62,6 +62,15 @@ def validate(kind: str, body: bytes) -> dict:
 
 class RoomHandler(HubOAuthenticated, web.RequestHandler):
     """Every page and endpoint of the room: the hub names the user, or the answer is 403."""
+
+    async def prepare(self):
+        """Ask the hub who is calling without holding up other requests (``current_user`` then reads
+        the answer): forty kernels' first records would otherwise wait on each other's lookups."""
+        model = await self.hub_auth.get_user(self, sync=False)
+        try:
+            self._hub_auth_user_cache = self.check_hub_user(model) if model else None
+        except UserNotAllowed:
+            self._hub_auth_user_cache = None
 
     @property
     def store(self) -> Store:
@@ -160,8 +169,8 @@ class Roster:
 
 
 def make_app(db: str, instructors: list[str], prefix: str = "/services/room/") -> web.Application:
+    """The service's tornado application over the store at ``db``."""
     store = Store(db)
-    page = (Path(__file__).with_name("page.html")).read_text()
     return web.Application([
         (prefix + "oauth_callback", HubOAuthCallbackHandler),
         (prefix + r"api/(reveal|check)", RecordHandler),
@@ -170,11 +179,12 @@ def make_app(db: str, instructors: list[str], prefix: str = "/services/room/") -
         (prefix + "api/room", RoomSummaryHandler),
         (prefix + "export.csv", ExportHandler),
         (prefix + "?", PageHandler),
-    ], store=store, instructors=set(instructors), roster=Roster(instructors), page=page,
+    ], store=store, instructors=set(instructors), roster=Roster(instructors), page=PAGE,
         cookie_secret=os.urandom(32))
 
 
 def main(argv=None) -> None:
+    """Run the service where the hub says (JUPYTERHUB_SERVICE_URL and _PREFIX)."""
     parser = argparse.ArgumentParser(prog="python -m shapelab.room.service", description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", required=True, help="SQLAlchemy URL: sqlite:////path/room.sqlite or postgresql://...")
     args = parser.parse_args(argv)

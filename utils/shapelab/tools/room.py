@@ -23,8 +23,9 @@ import sys
 from pathlib import Path
 
 COURSE = Path(__file__).resolve().parents[3]  # utils/shapelab/tools/room.py -> the course's folder
-# measured per learner (INSTRUCTOR.md, "Running a session with the room"): a lesson's kernel peaks
-# near 1 GiB at full size on a CPU; 2 GiB leaves room for the server and the learner's own experiments
+# per learner (INSTRUCTOR.md, "Sizing"): a lesson's kernel peaked at 0.49-0.62 GiB (lessons 00 and 01,
+# CI and full size, CPU, measured); 2 GiB leaves room for the server, the lessons not measured and the
+# learner's own experiments
 MEM_PER_LEARNER_GIB = 2
 
 
@@ -80,11 +81,13 @@ def sizing(learners: int) -> tuple[str, float, int, str]:
 
 
 def read_roster(path: str) -> list[str]:
+    """The learner names in a roster file: one a line, ``#`` starts a comment."""
     lines = (l.split("#", 1)[0].strip() for l in Path(path).read_text().splitlines())
     return [l for l in lines if l]
 
 
 def main(argv=None) -> int:
+    """Check, warm up, write the hub's configuration and run JupyterHub until stopped."""
     p = argparse.ArgumentParser(prog="python -m shapelab.tools.room", description=__doc__.split("\n\n")[0],
                                 epilog="See INSTRUCTOR.md, 'Running a session with the room'.")
     p.add_argument("--roster", help="a file with one learner name a line (default: anyone may sign up on first login)")

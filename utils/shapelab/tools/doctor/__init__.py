@@ -1,12 +1,14 @@
 """The recompile doctor: why does *your* model recompile, and what exactly should you change?
 
 ``diagnose(model, inputs)`` replays a function or ``nn.Module`` over a list (or stream) of calls in
-isolation, with a counting backend; names the cause of every recompile from the guard torch printed
-(a dimension that varies, 0/1 specialisation, a stride, dtype/device, grad mode or other global state,
-a Python scalar or attribute value, object identity, a data-dependent graph break, the limit); writes
-the change as code for the installed PyTorch; applies what it can by itself (marks, ``.contiguous()``,
-0-d tensors, config, padding to buckets chosen for the observed sizes) and replays to prove it:
-graphs and per-call time before and after, outputs compared with eager.
+isolation, on copies of the model and of the calls, with a counting backend; names the cause of every
+recompile: the failed guards of the cached graph that would have served the call (a dimension that
+varies, 0/1 specialisation, a branch of the model's code on a size, a stride, dtype/device, grad mode
+or other global state, a Python scalar or attribute value, how the call passes its arguments, object
+identity, a data-dependent graph break, the limit), each input by the name you gave it; writes the
+change as code for the installed PyTorch; runs exactly that code in a replay to prove it (marks,
+``.contiguous()``, 0-d tensors, config, padding to buckets chosen for the observed sizes): graphs
+against the prediction (a miss is reported with what remains), per-call time, outputs against eager.
 
 ``diagnose_trace(dir)`` gives the same diagnosis from a ``TORCH_TRACE`` directory recorded elsewhere.
 From the shell: ``python -m shapelab.tools.doctor --help``.

@@ -103,6 +103,9 @@ def classify_reason(reason: str) -> Reading:
     if m:
         names = [n.strip().strip('"\'') for n in m.group(1).split(",")]
         return Reading("identity", names[0] if names else None, None, f"{' and '.join(names)} are the same tensor (aliasing)")
+    m = re.match(r"^([A-Za-z_][\w\.\[\]']*) is ([A-Za-z_][\w\.\[\]']*)$", text)
+    if m and "None" not in (m.group(1), m.group(2)):  # two inputs that were one tensor when compiled
+        return Reading("identity", m.group(1), None, f"{m.group(1)} and {m.group(2)} are the same tensor (aliasing)")
     if _CALL_SIGNATURE.search(text):
         return Reading("call_signature", None, None, text)
     if any(k in text for k in _IDENTITY):

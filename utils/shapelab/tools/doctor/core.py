@@ -154,6 +154,8 @@ class Names:
         if not source or source.startswith("___"):
             return None
         cuts = [m.start() for m in re.finditer(r"[.\[]", source)] + [len(source)]
+        if self.user is not None and source in self.user.parameters:
+            return source  # the frame is the forward itself: its names are the user's
         for call in calls[:3]:
             args = self.arguments(call)
             for cut in sorted(cuts, reverse=True):
@@ -509,6 +511,9 @@ def _residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], nam
         key: list = [c.grad if "global_state" in kinds else None]
         if "call_signature" in kinds:  # positional or keyword, and which keywords: each way its own graph
             key.append((len(c.args), tuple(sorted(c.kwargs))))
+        if "aliasing" in kinds:  # which tensor arguments are one tensor: aliased inputs get their own graph
+            ts = [(n, a) for n, a in names.arguments(c).items() if isinstance(a, torch.Tensor)]
+            key.append(tuple((n, m) for i, (n, a) in enumerate(ts) for m, b in ts[i + 1:] if a is b))
         key += [(v, repr(names.value(v, c))) for v in values]  # a guarded value the fix leaves alone
         for name, a in names.arguments(c).items():
             for path, t in tensors_in(name, a):
@@ -582,6 +587,10 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     for c in cs:
         c.shown = names.user_name(c.detail if c.kind == "python_value" else c.input, calls)
     kinds = {c.kind for c in cs}
+    sig_kinds = set(kinds)  # what the prediction keys on; aliasing is keyed by which inputs are one tensor
+    identity = [c for c in cs if c.kind == "identity"]
+    if identity and all("aliasing" in c.detail for c in identity):
+        sig_kinds = (sig_kinds - {"identity"}) | {"aliasing"}
 
     plan = Plan("with the prescription")
     rx: list[Prescription] = []
@@ -638,7 +647,7 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
         plan.notes.append("a module int attribute made unspecialised still costs one graph for its first value")
 
     def predict(p: Plan) -> int:
-        return frames * _residual_signatures(calls, p, kinds, names, readable) + (extra if not p.pad else 0)
+        return frames * _residual_signatures(calls, p, sig_kinds, names, readable) + (extra if not p.pad else 0)
 
     plan.predicted = predict(plan)
     diag = Diagnosis(name, base.evidence, cs, rx, [base], also_varies=also, plan=plan)
@@ -653,7 +662,7 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     tries: list[Run] = []
     run = _prove(model, calls, plan, backend, dynamic, reference, predict, names, tries)
     for t in tries:  # a first try that missed stays in the report, with what remained and what came next
-        t.label = "first try: " + t.label
+        t.label = "first try: mark_unbacked where torch named the 0/1 guard"
         _explain_miss(t, names, calls)
         diag.runs.append(t)
     diag.runs.append(run)
@@ -674,7 +683,7 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
             linked = [k for k, s in observed.items() if s == sizes]
             rest = Plan("padded to buckets", [m for m in plan.marks if (m[0], m[1]) not in linked],
                         list(plan.prep), dict(plan.config), partial=set(plan.partial))
-            others = max(1, _residual_signatures(calls, rest, kinds, names, readable))
+            others = max(1, _residual_signatures(calls, rest, sig_kinds, names, readable))
             b = max(1, limit // (frames * others))
             bs = optimal_buckets(sizes, max(sizes), b)
             for key in linked:
@@ -738,7 +747,10 @@ _NEXT = {
 
 def _explain_miss(run: Run, names: Names, calls) -> None:
     """Say the prediction missed and name what remains, each with its class and the next thing to try."""
-    remaining = find_causes(run.evidence)
+    found = find_causes(run.evidence)
+    # the model's own frame; recompiles of frames a graph break split off are counted, not itemised
+    remaining = [c for c in found if not c.compile_ids or any(i.startswith("0/") for i in c.compile_ids)]
+    elsewhere = {i for c in found if c not in remaining for i in c.compile_ids}
     for c in remaining:
         c.shown = names.user_name(c.detail if c.kind == "python_value" else c.input, calls)
     measured = f"{run.compiles} graph(s) within its first {len(run.counts)} call(s), where it stopped" if run.stopped \
@@ -747,6 +759,9 @@ def _explain_miss(run: Run, names: Names, calls) -> None:
     for c in remaining:
         lines.append(f"still recompiling: {c.label} at {c.where} ({c.graphs} graph(s)); torch printed "
                      f"`{c.reasons[0] if c.reasons else c.detail}`; next: {_NEXT.get(c.kind, _NEXT['other'])}")
+    if elsewhere:
+        lines.append(f"and {len(elsewhere)} recompile(s) of frames that graph breaks split off the model "
+                     "(their guards name the frame's own locals)")
     if not remaining:
         lines.append("no recompile remains: the extra graphs are first compiles of other frames (graph breaks)")
     run.notes = lines + run.notes
@@ -779,8 +794,12 @@ def _prove(model, calls, plan: Plan, backend: str, dynamic, reference: list, pre
             if tries is not None:
                 tries.append(run)
             return other
+        note = (f"mark_dynamic instead of mark_unbacked gave {other.compiles} graph(s), predicted {other.predicted}: "
+                "no better, so the prescription keeps mark_unbacked")
         if run.stopped:  # mark_dynamic did no better: replay the unbacked plan in full, for the record
             run = _prove_once(model, calls, plan, backend, dynamic, reference, names, predict)
+        plan.notes.append(note)
+        run.notes.append(note)
     return run
 
 

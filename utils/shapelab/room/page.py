@@ -1,4 +1,11 @@
-<!doctype html>
+"""The instructor's page: the room's predictions per prompt as bars beside the measured answer,
+and per lab exercise how many passed, tried, not started; it asks the service every 2 s.
+
+One HTML file with its script, kept in a module so that it installs with the package. ``{{xsrf}}``
+is replaced by the hub's XSRF token when served.
+"""
+
+PAGE = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -62,3 +69,4 @@ refresh();
 </script>
 </body>
 </html>
+"""
