@@ -201,6 +201,8 @@ def hub():
         pytest.skip(reason)
     import psutil
 
+    for name in [*LEARNERS, INSTRUCTOR]:  # left by a run that was killed before its teardown
+        accounts.remove_user(name)
     base = Path(tempfile.mkdtemp(prefix="shapelab-room-"))
     base.chmod(0o755)  # learners' homes and their Python live under it
     room = Room(course=str(ROOT), state=str(base / "state"), homes=str(base / "homes"), instructor=INSTRUCTOR,
@@ -346,6 +348,8 @@ def test_room_refuses_what_it_must(hub):
         assert request("GET", svc + path, alice_token)[0] == 403, path
         assert request("GET", svc + path, teach_token)[0] == 200, path
     assert request("GET", f"{svc}/api/records/{alice}", alice_token)[0] == 200  # her own record
+    status, mine = request("GET", f"{svc}/api/mine", alice_token)
+    assert status == 200 and mine["user"] == alice and {r["user"] for r in mine["reveals"] + mine["checks"]} <= {alice}
     assert request("GET", f"{svc}/api/room")[0] == 403  # no token at all
     assert request("POST", f"{svc}/api/reveal", "not-a-token", _record())[0] == 403
     # another learner's server, through the proxy

@@ -34,7 +34,7 @@ from ..instruments.observe import ExperimentError
 from ..labkit.answers import inspect_answer, watch_settings
 from ..labkit.checks import unanswered
 from .l04_buckets_lab import settings_off_default  # to move to labkit.answers (reported for the merge)
-from .l05_data_dependent import observe_run
+from .l05_data_dependent import observe_run, unbacked_ranges
 
 # --- the references, and how the checks notice a learner calling them ---------------------------------
 
@@ -102,6 +102,21 @@ def _first_line(e: BaseException) -> str:
     return f"{type(original).__name__}: {text.splitlines()[0][:200] if text else ''}"
 
 
+# float64 is checked at float64 precision: an answer that computes in float32 and casts back loses what float64 is for
+_TOLERANCE = {torch.float32: dict(atol=1e-5, rtol=1e-4), torch.float64: dict(atol=1e-10, rtol=1e-9)}
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.allclose(a, b, **_TOLERANCE.get(b.dtype, _TOLERANCE[torch.float32]))
+
+
+def _precision_hint(a: torch.Tensor, b: torch.Tensor) -> str:
+    """A hint when ``a`` equals ``b`` only at float32 precision (computed in float32, cast back)."""
+    if b.dtype == torch.float64 and torch.allclose(a, b, **_TOLERANCE[torch.float32]):
+        return " (they agree only to float32 precision: compute in x's dtype, float64 here)"
+    return ""
+
+
 def _is_stub(fn) -> bool:
     return unanswered(fn) or not callable(fn)
 
@@ -148,6 +163,10 @@ def _selection_variants() -> list[tuple[str, torch.Tensor, torch.Tensor, float]]
     x, scores = torch.randn(16, 4, generator=gen), torch.rand(16, generator=gen)
     scores[[2, 9]] = 0.5                  # exactly at the threshold: "passes" means strictly greater
     cases.append(("scores exactly equal to the threshold", x, scores, 0.5))
+    x, scores = torch.randn(10, 4, generator=gen), torch.rand(10, generator=gen)
+    x[6] *= 1e-4                          # a kept row far shorter than the rest: unit length all the same
+    scores[6] = 0.9
+    cases.append(("a kept row ten thousand times shorter than the others", x, scores, 0.5))
     x, scores = torch.randn(24, 5, generator=gen, dtype=torch.float64), torch.rand(24, generator=gen, dtype=torch.float64)
     x[4] = 0.0
     cases.append(("a float64 batch", x, scores, 0.4))
@@ -191,10 +210,14 @@ def check_fixed_shape(candidate: Callable) -> tuple[bool, str]:
                            + (" (a score equal to the threshold does not pass: 'passes' means greater than)"
                               if "exactly" in label else ""))
         ref = _normalise_kept(x, scores, t)
-        if not torch.allclose(out[keep], ref, atol=1e-5, rtol=1e-4):
+        if not _close(out[keep], ref):
             if "exactly" in label:
                 return False, f"case '{label}': a score equal to the threshold does not pass ('>' rather than '>=')"
-            return False, f"case '{label}': the kept rows are not the same as normalise_kept's, row for row"
+            if "shorter" in label:
+                return False, (f"case '{label}': that row is not scaled to unit length (an epsilon added to its norm, "
+                               "or a clamp, changes a short row)")
+            return False, (f"case '{label}': the kept rows are not the same as normalise_kept's, row for row"
+                           + _precision_hint(out[keep], ref))
     gen = torch.Generator().manual_seed(21)
     calls = [(torch.randn(48, 6, generator=gen), torch.rand(48, generator=gen), 0.5) for _ in range(3)]
     with _learner_code() as used:
@@ -300,9 +323,46 @@ def check_promise(candidate: Callable, threshold: float, at_least: int = 4) -> t
                 return False, problems[0]
             if not (isinstance(got, torch.Tensor) and got.shape == ref.shape and torch.allclose(got, ref, atol=1e-5)):
                 return False, f"a batch of {rows} rows keeping {kept_counts[i]}: the result differs from the original function's"
+    if (problem := _upper_bound_promised(candidate, threshold, at_least, dim)):
+        return False, problem
     sizes = ", ".join(str(rows) for rows, _, _ in groups)
     return True, (f"one graph per batch size ({sizes} rows), for batches keeping the minimum up to every row; the "
                   "promise visible in u0's range, and results equal to the original")
+
+
+def _upper_bound_promised(candidate: Callable, threshold: float, at_least: int, dim: int) -> str:
+    """Compile ``candidate`` once more with the batch size a symbol (``dynamic=True``): then nothing but a promise
+    bounds ``u0`` from above, so a cap of any size (``<= 1024``, ``_check_is_size(..., max=...)``) shows in its
+    range, past any batch the check could afford to send. "" when ``u0`` has no upper bound."""
+    import logging
+
+    from ..instruments.observe import Observer
+
+    calls = [_batch_keeping(rows, dim, kept, threshold, seed=90 + rows) for rows, kept in ((6, 6), (50, at_least))]
+    try:
+        with _watched("your function") as problems:
+            with Observer(candidate, backend="eager", fullgraph=True, dynamic=True) as obs:
+                logging.getLogger("torch._dynamo").setLevel(logging.ERROR)  # restored by the Observer
+                for args in calls:
+                    obs(*args)
+    except ExperimentError as e:
+        return f"with the batch size left symbolic it did not compile or run: {_first_line(e)}"
+    if problems:
+        return problems[0]
+    highs = [_range_high(r) for r in unbacked_ranges(obs.record).values()]
+    if any(h < 2 ** 62 for h in highs):
+        return ("your promise also caps how many rows a batch keeps (u0's range ends at a number): the workload "
+                "guarantees a minimum and nothing more, and batches come in any size, so a batch bigger than the "
+                "cap would fail. Promise only what is true of every batch")
+    return ""
+
+
+def _range_high(text: str) -> float:
+    tail = text.strip().rstrip("]").split(",")[-1].strip()
+    try:
+        return float(tail)
+    except ValueError:  # int_oo, oo: no upper bound
+        return float("inf")
 
 
 def _range_low(text: str) -> float:
@@ -405,11 +465,13 @@ def check_moe(candidate: Callable, route: Callable, capacity: Callable) -> tuple
                            "least confident tokens (lowest gate) and keeps the rest")
         keep = ~zero  # the learner's choice among tokens of equal gate is as good as the reference's
         ref = torch.einsum("td,tdh->th", x, w[expert]) * (route(x, gate_w)[1] * keep)[:, None]
-        if not torch.allclose(out, ref, atol=1e-4, rtol=1e-4):
+        tol = _TOLERANCE[torch.float64] if x.dtype == torch.float64 else dict(atol=1e-4, rtol=1e-4)
+        if not torch.allclose(out, ref, **tol):
             unweighted = torch.einsum("td,tdh->th", x, w[expert]) * keep[:, None]
             if torch.allclose(out, unweighted, atol=1e-4, rtol=1e-4):
                 return False, f"case '{label}': the kept rows are not weighted by the router's gate"
-            return False, f"case '{label}': the right tokens are kept, but their rows differ: each is gate * (x_t @ w[expert])"
+            return False, (f"case '{label}': the right tokens are kept, but their rows differ: each is gate * (x_t @ w[expert])"
+                           + _precision_hint(out, ref))
     gen = torch.Generator().manual_seed(45)
     gate_w, w = torch.randn(6, 4, generator=gen), torch.randn(4, 6, 5, generator=gen)
     calls = [(torch.randn(64, 6, generator=gen), gate_w, w, 0.75) for _ in range(3)]
@@ -443,12 +505,16 @@ def _choose_factor(routes, experts, factors, budget, capacity):
 
 def _routing_variants():
     """Hidden routings, edges first: batches of unequal sizes (the mean of their shares is not the share of
-    their pooled tokens, and each has its own C), a batch of one token, one batch alone; then equal batches."""
+    their pooled tokens, and each has its own C), a batch of one token, one batch alone in which the
+    highest-numbered experts get no token (``experts`` is the layer's count, not the highest index seen + 1);
+    then equal batches."""
     cases = []
     for seed, sizes, experts, skew in ((54, (96, 40, 7), 4, 1.2), (55, (1, 50), 3, 1.0), (56, (33,), 5, 1.5),
                                        (51, (96,) * 3, 4, 1.0), (52, (200,) * 2, 8, 0.6), (53, (60,) * 4, 3, 1.4)):
         gen = torch.Generator().manual_seed(seed)
         probs = torch.softmax(torch.randn(experts, generator=gen) * skew, 0)
+        if seed == 56:  # the two highest-numbered experts get no token: the count of experts is not what appears
+            probs[-2:] = 0.0
         routes = [torch.multinomial(probs, tokens, replacement=True, generator=gen) for tokens in sizes]
         cases.append((f"{len(sizes)} batch(es) of {', '.join(map(str, sizes))} tokens, {experts} experts", routes,
                       experts))

@@ -3,8 +3,8 @@ read-only in ``notebooks/``, and a copy of the room's warmed Inductor cache.
 
 The hub runs as root and starts each learner's server as that learner (JupyterHub's
 LocalProcessSpawner), so one learner's files and kernels are not another's. The warmed cache is
-hard-linked, not shared: the files stay root's and read-only (a learner cannot change what another
-learner's kernel loads), the folders are the learner's (their own compiles add entries there).
+copied, not shared: a learner's kernel reads and writes only their own copy (Inductor writes locks
+beside what it reads), so no learner can change what another learner's kernel loads.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def ensure_user(name: str, homes: Path) -> pwd.struct_passwd:
 
 def furnish(user: pwd.struct_passwd, course: Path, cache: Path | None = None) -> None:
     """Give ``user``'s home the course: ``labs/`` theirs to edit (copied once, never overwritten),
-    ``notebooks/`` refreshed and read-only, and the warmed cache linked in."""
+    ``notebooks/`` refreshed and read-only, and what the warmed cache holds that theirs lacks."""
     home = Path(user.pw_dir)
     labs = home / "labs"
     if not labs.exists():
@@ -49,25 +49,21 @@ def furnish(user: pwd.struct_passwd, course: Path, cache: Path | None = None) ->
     for path in [notebooks, *notebooks.rglob("*")]:  # root's files, readable by all, writable by none
         path.chmod(0o555 if path.is_dir() else 0o444)
     if cache is not None and cache.is_dir():
-        _link_tree(cache, home / CACHE, user)
+        _copy_tree(cache, home / CACHE, user)
     os.chown(home, user.pw_uid, user.pw_gid)
 
 
-def _link_tree(src: Path, dst: Path, user: pwd.struct_passwd) -> None:
+def _copy_tree(src: Path, dst: Path, user: pwd.struct_passwd) -> None:
+    """Copy what ``dst`` lacks from ``src``, owned by ``user`` (Inductor writes beside what it reads:
+    locks, and artifacts it rewrites, so a learner's cache must be theirs, not links to root's files)."""
     for root, dirs, files in os.walk(src):
         target = dst / Path(root).relative_to(src)
         target.mkdir(parents=True, exist_ok=True)
-        os.chown(target, user.pw_uid, user.pw_gid)
         for f in files:
             if not (target / f).exists():
-                try:
-                    os.link(Path(root) / f, target / f)
-                except OSError:  # another file system: a copy, still root's and read-only
-                    shutil.copy2(Path(root) / f, target / f)
-                    (target / f).chmod(0o444)
-    for parent in [dst.parent, dst.parent.parent]:
-        if parent != Path(user.pw_dir) and str(parent).startswith(user.pw_dir):
-            os.chown(parent, user.pw_uid, user.pw_gid)
+                shutil.copy2(Path(root) / f, target / f)
+    for parent in [dst, *(p for p in dst.parents if str(p).startswith(user.pw_dir + "/"))]:
+        _chown_tree(parent, user, dirs_only=False) if parent == dst else os.chown(parent, user.pw_uid, user.pw_gid)
 
 
 def _chown_tree(path: Path, user: pwd.struct_passwd, dirs_only: bool) -> None:

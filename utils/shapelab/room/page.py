@@ -62,7 +62,13 @@ function render(room) {
   }
 }
 async function refresh() {
-  try { const r = await fetch("api/room", {headers: {"X-XSRFToken": "{{xsrf}}"}}); if (r.ok) render(await r.json()); } catch (e) {}
+  try {
+    const r = await fetch("api/room", {headers: {"X-XSRFToken": "{{xsrf}}"}});
+    if (r.ok) { sessionStorage.removeItem("roomReloaded"); render(await r.json()); }
+    else if (r.status === 403 && !sessionStorage.getItem("roomReloaded")) {  // log in again through the hub, once
+      sessionStorage.setItem("roomReloaded", "1"); location.reload(); return;
+    }
+  } catch (e) {}
   setTimeout(refresh, 2000);
 }
 refresh();

@@ -11,6 +11,7 @@ a learner sees only their own records.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -180,7 +181,14 @@ def make_app(db: str, instructors: list[str], prefix: str = "/services/room/") -
         (prefix + "export.csv", ExportHandler),
         (prefix + "?", PageHandler),
     ], store=store, instructors=set(instructors), roster=Roster(instructors), page=PAGE,
-        cookie_secret=os.urandom(32))
+        cookie_secret=_cookie_secret())
+
+
+def _cookie_secret() -> bytes:
+    """Stable while the hub runs (derived from the token it gave this service), so a restarted service
+    still knows the instructor's cookie; a fresh one when there is no hub."""
+    token = os.environ.get("JUPYTERHUB_API_TOKEN") or os.urandom(32).hex()
+    return hashlib.sha256(f"shapelab-room-cookie:{token}".encode()).digest()
 
 
 def main(argv=None) -> None:

@@ -67,7 +67,7 @@ class NewerSchema(RuntimeError):
 
 def connect(url: str) -> sa.Engine:
     """An engine for ``url``; SQLite gets WAL and synchronous commits."""
-    engine = sa.create_engine(url, future=True)
+    engine = sa.create_engine(url)
     if engine.dialect.name == "sqlite":
         @sa.event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _record):

@@ -129,13 +129,15 @@ def main(argv=None) -> int:
         return 0 if not missing else 1
     if missing:
         return 1
-    if not args.no_warmup:
-        from shapelab.tools import warmup
-        print(f"warming Inductor's cache for the room in {room.cache} (--no-warmup to skip)", flush=True)
-        warmup.main(["--scale", args.warmup_scale, "--cache-dir", str(room.cache)])
     from shapelab.room.accounts import learner_python
     room.learner_python = learner_python(sys.executable, Path(f"{args.state.rstrip('/')}-python"))
     config = write_config(room)
+    if not args.no_warmup:
+        # with the learners' own Python: Inductor's cache keys include the interpreter, so a cache
+        # warmed by another Python would not answer their compiles
+        print(f"warming Inductor's cache for the room in {room.cache} (--no-warmup to skip)", flush=True)
+        subprocess.call([room.learner_python, "-m", "shapelab.tools.warmup", "--scale", args.warmup_scale,
+                         "--cache-dir", str(room.cache)])
     print(f"starting JupyterHub with {config}; the instructor's page: /services/room/", flush=True)
     env = dict(os.environ, PATH=f"{Path(proxy).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     return subprocess.call([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=args.state, env=env)
