@@ -351,3 +351,325 @@ def test_exercise_5_rejects_each_misconception(wrong):
 def test_exercise_5_accepts_correct_marks_written_differently(right):
     ok, msg = L.check_loader_mark(right, seed=0)
     assert ok, msg
+
+
+# -- second round (issue 21, "Done when"): new wrong answers of the same classes, and new correct ones --
+import functools  # noqa: E402
+import sys  # noqa: E402
+
+
+def _rule_by_cache(shapes, policy):
+    """A correct rule written as a cache: each graph keeps the sizes it fixed; a call no graph serves compiles one."""
+    graphs, symbolic = [], set()
+    if policy == "dynamic=True":
+        symbolic = {0, 1}
+    elif policy == "mark_dynamic(x, 0)":
+        symbolic = {0}
+    first = shapes[0]
+    for shape in shapes:
+        if any(all(d in g_sym or shape[d] == g[d] for d in (0, 1)) for g, g_sym in graphs):
+            continue
+        if graphs and policy != "dynamic=False" and policy != "dynamic=True":
+            symbolic |= {d for d in (0, 1) if shape[d] != first[d]}
+        graphs.append((shape, frozenset(symbolic)))
+    return len(graphs)
+
+
+def _rule_from_changes(shapes, policy):
+    """Another correct rule: the count of distinct 'moments' at which a still-static dimension moves."""
+    if policy in ("dynamic=True", "dynamic=False"):
+        return 1 if policy == "dynamic=True" else len({tuple(s) for s in shapes})
+    dims = (1,) if policy == "mark_dynamic(x, 0)" else (0, 1)
+    firsts = {min((i for i, s in enumerate(shapes) if s[d] != shapes[0][d]), default=-1) for d in dims}
+    return 1 + len(firsts - {-1})
+
+
+RULES_WRONG_2 = [
+    # dynamic=False thought to recompile at every change of shape, not once per distinct shape
+    lambda s, p: 1 + sum(a != b for a, b in zip(s, s[1:])) if p == "dynamic=False" else _rule(s, p),
+    # under the default policy, two dimensions changing at once thought to cost a graph each
+    lambda s, p: 1 + len({d for d in (0, 1) if any(x[d] != s[0][d] for x in s)}) + (
+        sum(1 for a in s if a[0] != s[0][0] and a[1] != s[0][1]) > 0 and
+        next(i for i, a in enumerate(s) if a != s[0]) == next(i for i, a in enumerate(s) if a[0] != s[0][0] and a[1] != s[0][1]))
+    * 0 if p == "dynamic=None" and False else (_rule(s, p) + (1 if p == "dynamic=None" and any(
+        a[0] != s[0][0] and a[1] != s[0][1] and all(b[0] == s[0][0] and b[1] == s[0][1] for b in s[:i])
+        for i, a in enumerate(s)) else 0)),
+    # dynamic=True thought to make only the batch a symbol: one graph per feature count
+    lambda s, p: len({f for _, f in s}) if p == "dynamic=True" else _rule(s, p),
+    # a mark on dimension 0 thought to make dimension 1 static for good (dynamic=False on the rest)
+    lambda s, p: len({f for _, f in s}) + 0 if p == "mark_dynamic(x, 0)" and len({f for _, f in s}) > 2 else _rule(s, p),
+]
+
+
+def _by_sys_modules(shapes, policy):
+    # the grader's own measurement, reached through sys.modules instead of an import
+    return sys.modules["shapelab.lessons.l01_guards_lab"].measure_graphs(shapes, policy)
+
+
+def _by_dunder_import(shapes, policy):
+    # the course library reached with __import__
+    return __import__("shapelab").lessons.l01_guards_lab.measure_graphs(shapes, policy)
+
+
+def _by_getattr_optimize(shapes, policy):
+    # another compile entry point, named as a string so no attribute is loaded
+    cnt = torch._dynamo.testing.CompileCounter()
+    f = getattr(torch._dynamo, "optimize")(cnt)(lambda x: x + 1)
+    for s in shapes:
+        f(torch.ones(s))
+    return cnt.frame_count
+
+
+def _by_default(shapes, policy, _truth=L.measure_graphs):
+    # the grader captured in a default argument
+    return _truth(shapes, policy)
+
+
+@functools.wraps(_rule)
+def _by_wrapped(shapes, policy):
+    # looks like the rule, but calls the grader's cached ground truth
+    return _cached(tuple(map(tuple, shapes)), policy)
+
+
+_cached = L._measured
+
+
+def _by_lookup(shapes, policy):
+    # the grader's module globals read through vars()
+    return vars(L)["measure_graphs"](shapes, policy)
+
+
+SHORTCUTS_1 = [_by_sys_modules, _by_dunder_import, _by_getattr_optimize, _by_default, _by_wrapped, _by_lookup]
+
+
+@pytest.mark.parametrize("wrong", RULES_WRONG_2 + SHORTCUTS_1)
+def test_exercise_1_rejects_new_wrong_rules_and_shortcuts(wrong):
+    ok, msg = L.check_expected_graphs(wrong, seed=0)
+    assert not ok, msg
+
+
+@pytest.mark.parametrize("right", [_rule_by_cache, _rule_from_changes], ids=lambda f: f.__name__)
+def test_exercise_1_accepts_new_correct_rules(right):
+    ok, msg = L.check_expected_graphs(right, seed=0)
+    assert ok, msg
+
+
+def _static(x):
+    # mark_static confused with "mark it now": every batch size becomes a graph of its own
+    torch._dynamo.mark_static(x, 0)
+    return x
+
+
+def _detached(x):
+    # the mark put on x, then a detached copy returned: a mark belongs to the tensor object it was put on
+    torch._dynamo.mark_dynamic(x, 0)
+    return x.detach()
+
+
+def _top_unmarked(x):
+    # the largest batch thought to need no mark ("it is the max of the range")
+    if x.shape[0] < 64:
+        torch._dynamo.mark_dynamic(x, 0, min=2, max=64)
+    return x
+
+
+def _soft_features(x):
+    # the soft mark on the features, "dimension 1 is the one the lab varies"
+    torch._dynamo.maybe_mark_dynamic(x, 1)
+    return x
+
+
+def _zero_to_63(x):
+    # a range from 0, "to be safe", that stops one short of the top
+    torch._dynamo.mark_dynamic(x, 0, min=0, max=63)
+    return x
+
+
+ANNOTATE_WRONG_2 = [_static, _detached, _top_unmarked, _soft_features, _zero_to_63]
+
+
+@pytest.mark.parametrize("wrong", ANNOTATE_WRONG_2, ids=lambda f: f.__name__)
+def test_exercise_2_rejects_new_misconceptions(wrong):
+    ok, msg = L.check_annotate(wrong, range(2, 65, 3), seed=0)
+    assert not ok, msg
+    assert "max=64" not in msg and "min=2" not in msg
+
+
+def _max_only(x):
+    torch._dynamo.mark_dynamic(x, 0, max=64)  # min left to its default
+    return x
+
+
+def _list_index(x):
+    torch._dynamo.mark_dynamic(x, [0], min=2, max=64)  # the index as a list
+    return x
+
+
+@pytest.mark.parametrize("right", [_max_only, _list_index], ids=lambda f: f.__name__)
+def test_exercise_2_accepts_new_correct_marks(right):
+    ok, msg = L.check_annotate(right, range(2, 65, 3), seed=0)
+    assert ok, msg
+
+
+def _top_127(project, requests):
+    # the batch range stops one short of the promised 128 rows
+    compiled = torch.compile(project)
+    for x, w in requests:
+        torch._dynamo.mark_dynamic(x, 0, min=2, max=127)
+        compiled(x, w)
+
+
+def _colleague_width(project, requests):
+    # the range stops at the colleague's width, 64, not at the domain's 128
+    compiled = torch.compile(project)
+    for x, w in requests:
+        torch._dynamo.mark_dynamic(x, 0, min=2, max=64)
+        compiled(x, w)
+
+
+def _features_static(project, requests):
+    # freezing x's features is thought to break the tie; w's side is still a symbol the batch ducks to
+    compiled = torch.compile(project, dynamic=True)
+    for x, w in requests:
+        torch._dynamo.mark_static(x, 1)
+        compiled(x, w)
+
+
+def _soft_dynamic_true(project, requests):
+    # the soft mark thought to untie the batch under dynamic=True, as a hard mark does
+    compiled = torch.compile(project, dynamic=True)
+    for x, w in requests:
+        torch._dynamo.maybe_mark_dynamic(x, 0)
+        compiled(x, w)
+
+
+def _optimize_by_name(project, requests):
+    # another compile entry point, named as a string
+    compiled = getattr(torch._dynamo, "optimize")("eager")(project)
+    for x, w in requests:
+        torch._dynamo.mark_dynamic(x, 0)
+        compiled(x, w)
+
+
+def _half_eager(project, requests):
+    # the first request compiled, the rest run as plain PyTorch "because they are warm now"
+    compiled = torch.compile(project)
+    for i, (x, w) in enumerate(requests):
+        torch._dynamo.mark_dynamic(x, 0)
+        (compiled if i == 0 else project)(x, w)
+
+
+FIX_WRONG_2 = [_top_127, _colleague_width, _features_static, _soft_dynamic_true, _optimize_by_name, _half_eager]
+
+
+@pytest.mark.parametrize("wrong", FIX_WRONG_2, ids=lambda f: f.__name__)
+def test_exercise_3_rejects_new_wrong_fixes(served, wrong):
+    ok, msg = L.check_guard_fix(GUARD, wrong, served)
+    assert not ok, msg
+    assert GUARD not in msg
+
+
+def test_exercise_3_rejects_a_global_switch_flipped_before_the_check(served):
+    # duck sizing switched off for the whole process in an earlier cell; the colleague's code then "works"
+    with torch.fx.experimental._config.patch(use_duck_shape=False):
+        ok, msg = L.check_guard_fix(GUARD, _serve(dynamic=True), served)
+    assert not ok and "use_duck_shape" in msg, msg
+
+
+@pytest.mark.parametrize("guard", [
+    "x.size()[0] == w.size()[0]",     # the tie read as x's batch against w's rows
+    "x.size()[1] == x.size()[0] == 64",  # the equality and the width together
+    "x.size()[0] != 64",              # the batch thought to be pinned to the first size
+])
+def test_exercise_3_rejects_new_wrong_guards(served, guard):
+    ok, msg = L.check_guard_fix(guard, _serve(mark=lambda x, w: torch._dynamo.mark_dynamic(x, 0)), served)
+    assert not ok and GUARD not in msg, msg
+
+
+def _decorated_serve(project, requests):
+    compiled = torch.compile(backend="inductor")(project)  # decorator form; the check swaps in a cheap backend
+    for x, _ in requests:
+        torch._dynamo.mark_dynamic(x, 0, min=2, max=128)
+    for x, w in requests:
+        compiled(x, w=w)
+
+
+def _all_marked_first(project, requests):
+    marked = [(torch._dynamo.mark_dynamic(x, 0) or x, w) for x, w in requests]
+    compiled = torch.compile(project, dynamic=False)
+    return [compiled(*r) for r in marked]
+
+
+@pytest.mark.parametrize("guard, fix", [
+    ("x.size()[1] == x.size()[0]  # duck sizing", _decorated_serve),
+    ("(x.size()[1] == x.size()[0])", _all_marked_first),
+], ids=["decorator", "marked first"])
+def test_exercise_3_accepts_new_correct_fixes(served, guard, fix):
+    ok, msg = L.check_guard_fix(guard, fix, served)
+    assert ok, msg
+
+
+READ_WRONG_2 = [
+    lambda b, f: (b == 4 and f == 16) or 2 <= b < 32,           # the features checked only by the static graph
+    lambda b, f: f == 16 and (b == 0 or 2 <= b < 32),           # an empty batch thought served ("nothing to compute")
+    lambda b, f: f == 16 and 2 <= b < 32 and b != 16,           # duck sizing thought to reject batch == features
+]
+
+
+@pytest.mark.parametrize("wrong", READ_WRONG_2)
+def test_exercise_4_rejects_new_misreadings(wrong):
+    ok, msg = L.check_runs_without_compiling(wrong)
+    assert not ok and "True" not in msg and "False" not in msg, msg
+
+
+@pytest.mark.parametrize("right", [
+    lambda b, f: (b, f) == (4, 16) or (f == 16 and b in range(2, 32)),
+    lambda b, f: f == 16 and not (b < 2 or b >= 32),
+])
+def test_exercise_4_accepts_new_correct_readings(right):
+    ok, msg = L.check_runs_without_compiling(right)
+    assert ok, msg
+
+
+def _ranged_loader(x):
+    # a hard mark with the loader's range, thought to be "softer" than an open one
+    torch._dynamo.mark_dynamic(x, 0, min=2, max=64)
+
+
+def _unbacked_loader(x):
+    # unbacked thought to be the soft kind of mark
+    torch._dynamo.decorators.mark_unbacked(x, 0)
+
+
+def _soft_unless_16(x):
+    # the soft mark everywhere except the positional model's size, "so 16 stays exact"
+    if x.shape[0] != 16:
+        torch._dynamo.maybe_mark_dynamic(x, 0)
+
+
+LOADER_WRONG_2 = [_ranged_loader, _unbacked_loader, _soft_unless_16]
+
+
+@pytest.mark.parametrize("wrong", LOADER_WRONG_2, ids=lambda f: f.__name__)
+def test_exercise_5_rejects_new_misconceptions(wrong):
+    ok, msg = L.check_loader_mark(wrong, seed=0)
+    assert not ok and "maybe_mark_dynamic" not in msg, msg
+
+
+def test_exercise_5_rejects_a_global_switch_flipped_before_the_check():
+    # the error silenced for the whole process in an earlier cell, and the loader's old mark kept
+    with torch._dynamo.config.patch(allow_ignore_mark_dynamic=True):
+        ok, msg = L.check_loader_mark(lambda x: torch._dynamo.mark_dynamic(x, 0), seed=0)
+    assert not ok and "allow_ignore_mark_dynamic" in msg, msg
+
+
+from torch._dynamo import maybe_mark_dynamic  # noqa: E402
+
+
+@pytest.mark.parametrize("right", [
+    lambda x: maybe_mark_dynamic(x, 0),                              # imported by name
+    lambda x: torch._dynamo.decorators.maybe_mark_dynamic(x, (0,)),  # its home module, a tuple of dims
+])
+def test_exercise_5_accepts_new_correct_marks(right):
+    ok, msg = L.check_loader_mark(right, seed=0)
+    assert ok, msg

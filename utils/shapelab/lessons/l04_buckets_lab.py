@@ -21,13 +21,16 @@ Hidden cases are generated over each exercise's stated domain, edges first (plai
   given as plain tuples (no cost method to borrow).
 
 Every check also refuses an answer that takes a shortcut (``labkit.answers.inspect_answer``: the course
-library, the grader's data, a module reached by name, default arguments and closures included).
+library, the grader's data, a module reached by name, default arguments and closures included), and one
+that calls into the course library while it runs, however it got there (``course_calls``).
 """
 from __future__ import annotations
 
 import math
+import os
 import random
 import statistics
+import sys
 import time
 from collections import namedtuple
 from typing import Callable, Sequence
@@ -74,6 +77,53 @@ def settings_off_default() -> list[str]:
         if not same:
             out.append(f"{key} = {value!r}")
     return out
+
+
+_COURSE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the shapelab package's folder
+
+
+def _nested_codes(code):
+    yield code
+    for const in code.co_consts:
+        if hasattr(const, "co_consts"):
+            yield from _nested_codes(const)
+
+
+class course_calls:
+    """While the learner's code runs (eagerly), the course library's functions it calls, however it reached them
+    (``globals()['S']``, ``vars(...)``, a frame's globals: ways the reading in ``inspect_answer`` cannot follow):
+    ``with course_calls(allow=(obj,)) as called: answer(...)``, then ``called`` lists them. ``allow``: objects the
+    check hands over whose methods the answer may call (a workload). Uses ``sys.setprofile`` (Python calls only;
+    the answer's own code is not slowed). (Labs 05 uses it too; it belongs in ``labkit.answers``, reported for the
+    merge.)"""
+
+    def __init__(self, allow: tuple = ()):
+        self.allowed = {type(self).__exit__.__code__}
+        for obj in allow:
+            for member in vars(type(obj)).values():
+                if hasattr(member, "__code__"):
+                    self.allowed.update(_nested_codes(member.__code__))
+        self.called: list[str] = []
+
+    def _profile(self, frame, event, arg):
+        if event == "call" and not self.called:
+            code = frame.f_code
+            if code.co_filename.startswith(_COURSE_ROOT) and code not in self.allowed:
+                module = frame.f_globals.get("__name__", "shapelab")
+                self.called.append(f"{module}.{getattr(code, 'co_qualname', code.co_name)}")
+
+    def __enter__(self) -> list[str]:
+        self._saved = sys.getprofile()
+        sys.setprofile(self._profile)
+        return self.called
+
+    def __exit__(self, *exc) -> None:
+        sys.setprofile(self._saved)
+
+
+def _called_message(called: list[str], what: str) -> str:
+    return (f"your {what} calls the course library while it runs ({called[0]}): the lab is about writing it "
+            "yourself, with plain Python and PyTorch")
 
 
 def _shelf(fn: Callable, what: str) -> str | None:
@@ -141,7 +191,10 @@ def check_pow2_bucket(fn: Callable, cases: Sequence[tuple[int, int]] | None = No
     for L, smallest in cases:
         for n in _lengths(L):
             call = f"pow2_bucket(n={n}, L={L}, smallest={smallest})"
-            got = fn(n, L, smallest)
+            with course_calls() as called:
+                got = fn(n, L, smallest)
+            if called:
+                return False, _called_message(called, "pow2_bucket")
             if (why := _int_answer(call, got)):
                 return False, why
             if got < n:
@@ -175,7 +228,10 @@ def check_multiple_bucket(fn: Callable, cases: Sequence[tuple[int, int]] | None 
     for k, L in cases:
         for n in sorted(set(_lengths(L)) | {m for m in (k - 1, k, k + 1, L // k * k) if 1 <= m <= L}):
             call = f"multiple_bucket(n={n}, k={k}, L={L})"
-            got = fn(n, k, L)
+            with course_calls() as called:
+                got = fn(n, k, L)
+            if called:
+                return False, _called_message(called, "multiple_bucket")
             if (why := _int_answer(call, got)):
                 return False, why
             if got < n:
@@ -258,6 +314,14 @@ def check_masked_mean(fn: Callable, max_len: int = 32, *, features: int = 3, see
                        "the process, and the mean needs none; put it back (restart the kernel)")
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(rng.randrange(2 ** 31))
+    first = masked_batch(masked_batch_specs(random.Random(0), 4, features)[1], torch.Generator())[:2]
+    with torch.no_grad(), course_calls() as called:  # once eagerly: compiled, the answer's calls are traced, not seen
+        try:
+            fn(*first)
+        except Exception:  # noqa: BLE001 - judged below, compiled, with a message that says where
+            pass
+    if called:
+        return False, _called_message(called, "masked_mean")
     signatures = set()
     with isolated(), torch.no_grad(), watch_settings() as changed:
         cnt = CompileCounter()
@@ -285,6 +349,9 @@ def check_masked_mean(fn: Callable, max_len: int = 32, *, features: int = 3, see
                 if "L" in spec["sides"] and torch.allclose(got.double(), first, atol=tol, rtol=tol):
                     return False, (f"your mean is not the mean of the real tokens for {where}: the real tokens are "
                                    "wherever the mask is True, not always the first ones")
+                if x.dtype == torch.float64 and torch.allclose(got.double(), reference, atol=1e-4, rtol=1e-4):
+                    return False, (f"for {where} your mean equals the mean of the real tokens only to float32 "
+                                   "precision: compute in x's dtype (weights made with .float() lose float64's digits)")
                 if spec["fill"] != 0.0:
                     return False, (f"your mean changes when the padding holds {spec['fill']:g}s ({where}): "
                                    "the padded positions still count, in the sum or in the divisor")
@@ -329,9 +396,12 @@ def check_choose_buckets(choose: Callable, sample: Sequence[int], max_len: int, 
     samples = list(hidden or bucket_samples()) + [(list(sample), max_len, budget, "the lab's sample")]
     for lengths, L, b, what in samples:
         try:
-            got = choose(list(lengths), L, b)
+            with course_calls() as called:
+                got = choose(list(lengths), L, b)
         except Exception as e:  # noqa: BLE001 - a learner's search may fail on an edge of the domain
             return False, f"choose_buckets raised {type(e).__name__} for {what}: {str(e)[:160]}"
+        if called:
+            return False, _called_message(called, "choose_buckets")
         if got is None or got is Ellipsis:
             return False, f"choose_buckets returned {got!r} for {what}: return a list of bucket sizes"
         try:
@@ -402,13 +472,17 @@ def check_per_request_seconds(timer: Callable, workloads: Sequence[tuple[float, 
     args = (torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
     answers = []
     for first_s, each_s in random.sample(list(workloads), len(workloads)):
+        workload = SlowFirstCall(first_s, each_s, args)
         try:
-            got = timer(SlowFirstCall(first_s, each_s, args), *args)
+            with course_calls(allow=(workload,)) as called:
+                got = timer(workload, *args)
         except TypeError as e:
             if "the workload takes" in str(e):
                 return False, ("your timer called the function without the arguments it was given: "
                                "call fn(*args), as a request would")
             raise
+        if called:
+            return False, _called_message(called, "per_request_seconds")
         if got is None or got is Ellipsis or isinstance(got, bool) or not isinstance(got, (int, float)):
             return False, f"per_request_seconds returned {got!r}: return the seconds per call, a number"
         truth = _steady_median(SlowFirstCall(each_s, each_s, args), args)
@@ -454,10 +528,13 @@ def check_choose_policy(choose: Callable, base: Sequence[Policy]) -> tuple[bool,
     scenarios = policy_scenarios(base)
     for scenario, requests in scenarios:
         try:
-            got = choose(requests, list(scenario))
+            with course_calls() as called:
+                got = choose(requests, list(scenario))
         except Exception as e:  # noqa: BLE001 - say what the learner's code tripped on
             return False, (f"your choose_policy raised {type(e).__name__}: {e}. The policies are plain tuples "
                            "(name, graphs, compile_s, per_request_s)")
+        if called:
+            return False, _called_message(called, "choose_policy")
         if not (isinstance(got, tuple) and len(got) == 2):
             return False, f"choose_policy({requests:,} requests) returned {got!r}: return (name, total seconds)"
         name, seconds = got

@@ -4,7 +4,8 @@ Every check returns ``(passed, message)``; messages name what went wrong in the 
 and never print the value the learner was asked to find. The references the checks compare
 against live here, private; an answer that reaches them (or the course library, or a module by
 name) is refused by reading it (``labkit.answers.inspect_answer``) and, should a call slip past,
-when it runs (``_shortcut``): a reference is not an answer. An answer that changes a global
+when it runs (``_shortcut``, and ``course_calls`` for any other course function however reached): a
+reference is not an answer. An answer that changes a global
 compiler setting, in its code or before the check, is refused too. Hidden cases reach the edges
 of each exercise's stated domain: one row, every row or none kept, float64, batches of several
 sizes, one token, one expert, batches of unequal length.
@@ -13,8 +14,9 @@ sizes, one token, one expert, batches of unequal length.
   passes, scaled to unit length", judged on other seeds, sizes and thresholds, unkept rows that
   are all zeros, scores exactly at the threshold; compiled with ``fullgraph=True`` by the check.
 - ``check_promise(candidate, threshold, at_least)``: one ``torch._check`` that lets a branch on
-  ``u0`` compile, judged on batches that keep exactly the promised minimum (an over-promise fails
-  there) and on a fresh compile state.
+  ``u0`` compile, judged on batches that keep exactly the promised minimum and every row (an
+  over-promise fails there), on a fresh compile state, and with the batch size symbolic (a cap on
+  ``u0`` of any size shows in its range).
 - ``check_moe(candidate, route, capacity)``: fixed-capacity top-1 MoE where a full expert keeps
   its *most confident* tokens (not the first to arrive, as in the lesson).
 - ``check_choose_factor(candidate, capacity)``: the smallest capacity factor within a dropped-token
@@ -33,7 +35,7 @@ import torch.nn.functional as F
 from ..instruments.observe import ExperimentError
 from ..labkit.answers import inspect_answer, watch_settings
 from ..labkit.checks import unanswered
-from .l04_buckets_lab import settings_off_default  # to move to labkit.answers (reported for the merge)
+from .l04_buckets_lab import course_calls, settings_off_default  # to move to labkit.answers (reported for the merge)
 from .l05_data_dependent import observe_run, unbacked_ranges
 
 # --- the references, and how the checks notice a learner calling them ---------------------------------
@@ -85,7 +87,7 @@ def _refusal(candidate: Callable, what: str) -> str:
 @contextlib.contextmanager
 def _watched(what: str):
     """Run learner code with calls to the references recorded and global settings watched; yields the
-    list of problems found (filled on exit)."""
+    list of problems found (filled on exit). Call the learner's code in it with ``_call``."""
     problems: list[str] = []
     with _learner_code() as used, watch_settings() as changed:
         yield problems
@@ -94,6 +96,16 @@ def _watched(what: str):
     if changed:
         problems.append(f"{what} changed a global setting ({'; '.join(changed)}): that changes every model in the "
                         "process; the fix belongs in your code")
+
+
+def _call(problems: list[str], what: str, fn: Callable, *args):
+    """``fn(*args)``, noting in ``problems`` a call into the course library made while it ran, however the
+    answer reached it (``globals()['M']``, say, which reading the answer cannot follow)."""
+    with course_calls() as called:
+        out = fn(*args)
+    if called:
+        problems.append(f"{what} calls the course library while it runs ({called[0]}): write it yourself, with PyTorch")
+    return out
 
 
 def _first_line(e: BaseException) -> str:
@@ -188,7 +200,7 @@ def check_fixed_shape(candidate: Callable) -> tuple[bool, str]:
     for label, x, scores, t in _selection_variants():
         keep = scores > t
         with _watched("normalise_dense") as problems:
-            out = candidate(x.clone(), scores.clone(), t)
+            out = _call(problems, "normalise_dense", candidate, x.clone(), scores.clone(), t)
         if problems:
             return False, problems[0]
         if out is None or out is Ellipsis:
@@ -266,8 +278,9 @@ def check_promise(candidate: Callable, threshold: float, at_least: int = 4) -> t
     keep every row, and batches come in any size. Passes when, for each batch size, in a fresh compile
     state under ``fullgraph=True``, it compiles one graph for batches that keep exactly ``at_least``,
     a few more and every row (so a promise of more than the guarantee, a lower bound too high or an
-    upper bound of any kind, fails at run time), the compiler's range for ``u0`` starts at ``at_least``,
-    and results equal the original's.
+    upper bound the batches reach, fails at run time), the compiler's range for ``u0`` starts at ``at_least``,
+    compiled once more with the batch size a symbol its range has no upper end (a cap of any size, past any
+    batch sent, shows there), and results equal the original's.
     """
     if _is_stub(candidate):
         return False, "no function yet: copy the function and add the promise"
@@ -282,7 +295,7 @@ def check_promise(candidate: Callable, threshold: float, at_least: int = 4) -> t
             seed += 1
         groups.append((rows, kept_counts, calls))
     with _watched("your function") as problems:
-        out = candidate(*groups[0][2][0])
+        out = _call(problems, "your function", candidate, *groups[0][2][0])
     if problems:
         return False, problems[0]
     if out is None or out is Ellipsis:
@@ -317,7 +330,7 @@ def check_promise(candidate: Callable, threshold: float, at_least: int = 4) -> t
                            "range of u0 does not start there): say so with torch._check, not by changing the code")
         for i, args in enumerate(calls):
             with _watched("your function") as problems:
-                got = candidate(*args)
+                got = _call(problems, "your function", candidate, *args)
             ref = _first_four(*args, threshold)
             if problems:
                 return False, problems[0]
@@ -327,7 +340,7 @@ def check_promise(candidate: Callable, threshold: float, at_least: int = 4) -> t
         return False, problem
     sizes = ", ".join(str(rows) for rows, _, _ in groups)
     return True, (f"one graph per batch size ({sizes} rows), for batches keeping the minimum up to every row; the "
-                  "promise visible in u0's range, and results equal to the original")
+                  "promise visible in u0's range, no cap on it for batches of any size, and results equal to the original")
 
 
 def _upper_bound_promised(candidate: Callable, threshold: float, at_least: int, dim: int) -> str:
@@ -439,7 +452,7 @@ def check_moe(candidate: Callable, route: Callable, capacity: Callable) -> tuple
         expert = route(x, gate_w)[0].reshape(-1)
         experts, cap = w.shape[0], capacity(x.shape[0], w.shape[0], factor)
         with _watched("your layer") as problems:
-            out = candidate(x, gate_w, w, factor)
+            out = _call(problems, "your layer", candidate, x, gate_w, w, factor)
         if problems:
             return False, problems[0]
         if out is None or out is Ellipsis:
@@ -536,7 +549,7 @@ def check_choose_factor(candidate: Callable, capacity: Callable) -> tuple[bool, 
                                 ((0.25, 0.5), 0.0), ((0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 4.0), 0.2),
                                 ((1.5, 0.5, 1.0), 1.0), ((1.25,), 0.1)):
             with _watched("choose_factor") as problems:
-                got = candidate([r.clone() for r in routes], experts, list(factors), budget)
+                got = _call(problems, "choose_factor", candidate, [r.clone() for r in routes], experts, list(factors), budget)
             if problems:
                 return False, problems[0]
             want = _choose_factor(routes, experts, factors, budget, capacity)
