@@ -384,20 +384,24 @@ def _rule_from_changes(shapes, policy):
     return 1 + len(firsts - {-1})
 
 
+def _per_dimension(shapes):
+    seen, graphs = set(), 1
+    for shape in shapes:
+        new = {d for d in (0, 1) if shape[d] != shapes[0][d]} - seen
+        graphs += len(new)
+        seen |= new
+    return graphs
+
+
 RULES_WRONG_2 = [
     # dynamic=False thought to recompile at every change of shape, not once per distinct shape
     lambda s, p: 1 + sum(a != b for a, b in zip(s, s[1:])) if p == "dynamic=False" else _rule(s, p),
     # under the default policy, two dimensions changing at once thought to cost a graph each
-    lambda s, p: 1 + len({d for d in (0, 1) if any(x[d] != s[0][d] for x in s)}) + (
-        sum(1 for a in s if a[0] != s[0][0] and a[1] != s[0][1]) > 0 and
-        next(i for i, a in enumerate(s) if a != s[0]) == next(i for i, a in enumerate(s) if a[0] != s[0][0] and a[1] != s[0][1]))
-    * 0 if p == "dynamic=None" and False else (_rule(s, p) + (1 if p == "dynamic=None" and any(
-        a[0] != s[0][0] and a[1] != s[0][1] and all(b[0] == s[0][0] and b[1] == s[0][1] for b in s[:i])
-        for i, a in enumerate(s)) else 0)),
+    lambda s, p: _per_dimension(s) if p == "dynamic=None" else _rule(s, p),
     # dynamic=True thought to make only the batch a symbol: one graph per feature count
     lambda s, p: len({f for _, f in s}) if p == "dynamic=True" else _rule(s, p),
     # a mark on dimension 0 thought to make dimension 1 static for good (dynamic=False on the rest)
-    lambda s, p: len({f for _, f in s}) + 0 if p == "mark_dynamic(x, 0)" and len({f for _, f in s}) > 2 else _rule(s, p),
+    lambda s, p: len(set(s)) if p == "mark_dynamic(x, 0)" and len({f for _, f in s}) > 1 else _rule(s, p),
 ]
 
 
@@ -495,8 +499,8 @@ def test_exercise_2_rejects_new_misconceptions(wrong):
     assert "max=64" not in msg and "min=2" not in msg
 
 
-def _max_only(x):
-    torch._dynamo.mark_dynamic(x, 0, max=64)  # min left to its default
+def _home_module(x):
+    torch._dynamo.decorators.mark_dynamic(x, 0, min=2, max=64)  # the mark from its home module
     return x
 
 
@@ -505,7 +509,7 @@ def _list_index(x):
     return x
 
 
-@pytest.mark.parametrize("right", [_max_only, _list_index], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("right", [_home_module, _list_index], ids=lambda f: f.__name__)
 def test_exercise_2_accepts_new_correct_marks(right):
     ok, msg = L.check_annotate(right, range(2, 65, 3), seed=0)
     assert ok, msg
@@ -536,7 +540,7 @@ def _features_static(project, requests):
 
 
 def _soft_dynamic_true(project, requests):
-    # the soft mark thought to untie the batch under dynamic=True, as a hard mark does
+    # correct (a guess of ours that Dynamo proved right): a marked dimension, even softly, gets a symbol of its own
     compiled = torch.compile(project, dynamic=True)
     for x, w in requests:
         torch._dynamo.maybe_mark_dynamic(x, 0)
@@ -559,7 +563,7 @@ def _half_eager(project, requests):
         (compiled if i == 0 else project)(x, w)
 
 
-FIX_WRONG_2 = [_top_127, _colleague_width, _features_static, _soft_dynamic_true, _optimize_by_name, _half_eager]
+FIX_WRONG_2 = [_top_127, _colleague_width, _features_static, _optimize_by_name, _half_eager]
 
 
 @pytest.mark.parametrize("wrong", FIX_WRONG_2, ids=lambda f: f.__name__)
@@ -583,7 +587,7 @@ def test_exercise_3_rejects_a_global_switch_flipped_before_the_check(served):
 ])
 def test_exercise_3_rejects_new_wrong_guards(served, guard):
     ok, msg = L.check_guard_fix(guard, _serve(mark=lambda x, w: torch._dynamo.mark_dynamic(x, 0)), served)
-    assert not ok and GUARD not in msg, msg
+    assert not ok and GUARD not in msg.replace(repr(guard), ""), msg  # the learner's own text may be echoed
 
 
 def _decorated_serve(project, requests):
@@ -603,7 +607,8 @@ def _all_marked_first(project, requests):
 @pytest.mark.parametrize("guard, fix", [
     ("x.size()[1] == x.size()[0]  # duck sizing", _decorated_serve),
     ("(x.size()[1] == x.size()[0])", _all_marked_first),
-], ids=["decorator", "marked first"])
+    (GUARD, _soft_dynamic_true),
+], ids=["decorator", "marked first", "soft mark"])
 def test_exercise_3_accepts_new_correct_fixes(served, guard, fix):
     ok, msg = L.check_guard_fix(guard, fix, served)
     assert ok, msg

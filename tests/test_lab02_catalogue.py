@@ -220,3 +220,193 @@ def test_exercise_4_rejects_each_misconception(wrong):
 def test_exercise_4_accepts_correct_marks_written_differently(right):
     ok, msg = G.check_one_graph(right)
     assert ok, msg
+
+
+# -- second round (issue 21, "Done when"): new wrong answers of the same classes, and new correct ones --
+
+PREDICTIONS_WRONG_2 = [
+    [1, 3, 4, 6, 7],        # the first call left out: "it is a compile, not a recompile"
+    [1, 2, 4, 5, 7, 8],     # the right calls, numbered from 1 instead of 0
+    [0, 1, 3, 5, 6, 7],     # the width's recompile thought to come one call late, at (3, 5)
+]
+
+
+@pytest.mark.parametrize("wrong", PREDICTIONS_WRONG_2, ids=str)
+def test_exercise_1_rejects_new_misconceptions(wrong):
+    ok, msg = G.check_prediction(wrong, SHAPES, softmax_sum)
+    assert not ok and not re.search(r"\bcalls? \d", msg), msg
+
+
+@pytest.mark.parametrize("right", [{0, 1, 3, 4, 6, 7}, "0 1 3 4 6 7".split()], ids=["set", "strings"])
+def test_exercise_1_accepts_new_correct_forms(right):
+    ok, msg = G.check_prediction(right, SHAPES, softmax_sum)
+    assert ok, msg
+
+
+def _zero_is_no_request(stream):
+    # batch 0 thought to be "no request at all", so it needs no graph
+    sizes = sorted(set(stream))
+    warm = [1] if 1 in sizes else []
+    big = [b for b in sizes if b >= 2]
+    if len(big) == 1:
+        return warm + big
+    return warm + (big[:1] if warm else big[:2])
+
+
+def _every_size_once(stream):
+    # every distinct size warmed once, "then nothing can compile"
+    return sorted(set(stream))
+
+
+def _one_covers_zero(stream):
+    # a graph for batch 1 thought to serve batch 0 too (an empty batch "fits" in a batch of 1)
+    sizes = sorted(set(stream))
+    small = [1] if 1 in sizes else [0] if 0 in sizes else []
+    big = [b for b in sizes if b >= 2]
+    if len(big) == 1:
+        return small + big
+    return small + (big[:1] if small else big[:2])
+
+
+def _zero_after_big(stream):
+    # batch 0 warmed last, thought to make no symbol: only batch 1 comes before the large size
+    sizes = sorted(set(stream))
+    big = [b for b in sizes if b >= 2]
+    one = [1] if 1 in sizes else []
+    zero = [0] if 0 in sizes else []
+    if len(big) <= 1:
+        return one + big + zero
+    return one + (big[:1] if one else big[:2]) + zero
+
+
+WARMUPS_WRONG_2 = [_zero_is_no_request, _every_size_once, _one_covers_zero, _zero_after_big]
+
+
+@pytest.mark.parametrize("wrong", WARMUPS_WRONG_2, ids=lambda f: f.__name__)
+def test_exercise_3_rejects_new_misconceptions(wrong):
+    ok, msg = G.check_warmup(wrong, Z.make_model(8), width=8, stream=STREAM)
+    assert not ok, msg
+
+
+def _big_first_when_single(stream):
+    """Correct: with a single large size, it may come before the 0 and 1 (each is an exact graph anyway)."""
+    sizes = set(stream)
+    small = [b for b in (0, 1) if b in sizes]
+    big = sorted(b for b in sizes if b >= 2)
+    if len(big) == 1:
+        return big + small
+    return small + big[: 1 if small else 2]
+
+
+def _largest_sizes(stream):
+    """Correct: the largest sizes instead of the smallest, and the 1 before the 0."""
+    sizes = set(stream)
+    small = [b for b in (1, 0) if b in sizes]
+    big = sorted((b for b in sizes if b >= 2), reverse=True)
+    return small + big[: (1 if small or len(big) == 1 else 2)] if big else small
+
+
+@pytest.mark.parametrize("right", [_big_first_when_single, _largest_sizes], ids=lambda f: f.__name__)
+def test_exercise_3_accepts_new_correct_rules(right):
+    ok, msg = G.check_warmup(right, Z.make_model(8), width=8, stream=STREAM)
+    assert ok, msg
+
+
+def _soft_x(x, w, bias):
+    # the soft mark on x and unbacked on w, "x only needs a hint"
+    torch._dynamo.maybe_mark_dynamic(x, 0)
+    U(w, 0)
+
+
+def _range_from_zero(x, w, bias):
+    # a hard mark whose range starts at 0, thought to cover 0 and 1
+    torch._dynamo.mark_dynamic(x, 0, min=0, max=64)
+    torch._dynamo.mark_dynamic(w, 0, min=0, max=64)
+
+
+def _big_only(x, w, bias):
+    # only batches of 2 or more marked, "0 and 1 need no mark"
+    if x.shape[0] >= 2:
+        U(x, 0)
+        U(w, 0)
+
+
+def _features_too(x, w, bias):
+    # x's features marked as well, since the width varies between cases
+    U(x, 0)
+    U(x, 1)
+    U(w, 0)
+
+
+MARKS_WRONG_2 = [_soft_x, _range_from_zero, _big_only, _features_too]
+
+
+@pytest.mark.parametrize("wrong", MARKS_WRONG_2, ids=lambda f: f.__name__)
+def test_exercise_4_rejects_new_misconceptions(wrong):
+    ok, msg = G.check_one_graph(wrong)
+    assert not ok, msg
+    assert "mark_unbacked(x, 0)" not in msg and "mark_unbacked(w, 0)" not in msg
+
+
+def test_exercise_4_rejects_a_global_switch_flipped_before_the_check():
+    # backed sizes made oblivious to 0/1 for the whole process in an earlier cell; the marks then look enough
+    with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+        ok, msg = G.check_one_graph(lambda x, w, bias: (torch._dynamo.mark_dynamic(x, 0),
+                                                        torch._dynamo.mark_dynamic(w, 0)))
+    assert not ok and "backed_size_oblivious" in msg, msg
+
+
+def _loop_marks(x, w, bias):
+    for t in (x, w):
+        torch._dynamo.decorators.mark_unbacked(t, index=0)
+
+
+def _by_ndim(x, w, bias):
+    U(x, x.dim() - 2)  # the batch is the first of two dimensions
+    U(w, -2 % w.dim())
+
+
+@pytest.mark.parametrize("right", [_loop_marks, _by_ndim], ids=lambda f: f.__name__)
+def test_exercise_4_accepts_new_correct_marks(right):
+    ok, msg = G.check_one_graph(right)
+    assert ok, msg
+
+
+def _warm_first(served, x1):
+    # the warm calls timed first, then "the first request": by then batch 1 has a graph
+    warm = S.time_call(served, x1, repeats=5)
+    return S.time_first_call(served, x1), warm
+
+
+def _first_from_repeats(served, x1):
+    # one repeat of time_call thought to be the first request
+    first = S.time_call(served, x1, repeats=1).median
+    return first, S.time_call(served, x1, repeats=5)
+
+
+def _warm_on_another_batch(served, x1):
+    # the warm requests timed on a batch of 2, "close enough to 1"
+    first = S.time_first_call(served, x1)
+    return first, S.time_call(served, x1.expand(2, -1).contiguous(), repeats=5)
+
+
+@pytest.mark.parametrize("wrong", [_warm_first, _first_from_repeats, _warm_on_another_batch],
+                         ids=lambda f: f.__name__)
+def test_exercise_2_rejects_new_misconceptions(wrong):
+    ok, msg = G.check_benchmark(wrong)
+    assert not ok, msg
+
+
+def _timing_first_by_counter(served, x1):
+    """Correct: the first call timed with time.perf_counter_ns, then warm repeats."""
+    import time
+
+    t0 = time.perf_counter_ns()
+    served(x1)
+    first = (time.perf_counter_ns() - t0) / 1e9
+    return first, S.time_call(served, x1, repeats=8)
+
+
+def test_exercise_2_accepts_a_new_correct_benchmark():
+    ok, msg = G.check_benchmark(_timing_first_by_counter)
+    assert ok, msg

@@ -2,6 +2,8 @@
 tests (the line above it says which idea it gets wrong), called against the check directly and
 required to fail without the answer in the message; and correct answers written differently from
 the solution, required to pass. (tests/test_limit.py keeps the messages' wording for more.)"""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -238,4 +240,269 @@ def test_exercise_5_rejects_each_misconception(picks):
 ])
 def test_exercise_5_accepts_correct_choices(picks):
     ok, msg = LAB.check_choices(_choices(picks))
+    assert ok, msg
+
+
+# -- second round (issue 21, "Done when"): new wrong answers of the same classes, and new correct ones --
+
+DIAGNOSES_WRONG_2 = [
+    # "index 0" read as the sequence length and "index 1" as the batch (the layout taken as (length, batch))
+    lambda r: (bool(r.fell_back), {"lengths": "batch", "batch": "lengths"}.get(_cause(r), _cause(r))),
+    # "a warning means it fell back": any warning at all, not the calls
+    lambda r: (bool(r.warnings) or r.count >= 8, _cause(r)),
+    # "more calls than graphs at the limit means the rest fell back"
+    lambda r: (r.count >= 8 and len(r.calls) > r.count, _cause(r)),
+]
+
+
+@pytest.mark.parametrize("wrong", DIAGNOSES_WRONG_2)
+def test_exercise_1_rejects_new_misconceptions(wrong):
+    ok, msg = LAB.check_diagnosis(wrong)
+    assert not ok, msg
+
+
+def test_exercise_1_rejects_a_limit_raised_before_the_check():
+    # the recompile limit raised in an earlier cell: nothing falls back, and "never falls back" looks right
+    with torch._dynamo.config.patch(recompile_limit=64):
+        ok, msg = LAB.check_diagnosis(lambda r: (False, _cause(r)))
+    assert not ok and "recompile_limit" in msg, msg
+
+
+def _by_shapes(record):
+    """Correct, keyed on the inputs' shapes instead of the guards: the dimension that varies names the cause."""
+    shapes = {c.shapes[0] for c in record.calls}
+    cause = ("lengths" if len({s[1] for s in shapes}) > 1 else "batch" if len({s[0] for s in shapes}) > 1
+             else "temperature")
+    return any(c.fell_back for c in record.calls), cause
+
+
+def _by_limit_hit(record):
+    """Correct: a call that hit the limit is a call that fell back; the cause from every failed guard."""
+    failed = [f for e in record.compiles for f in e.failures]
+    cause = next((k for k, word in (("lengths", "index 1"), ("batch", "index 0")) if any(word in f for f in failed)),
+                 "temperature")
+    return sum(c.limit_hit for c in record.calls) > 0, cause
+
+
+@pytest.mark.parametrize("right", [_by_shapes, _by_limit_hit], ids=lambda f: f.__name__)
+def test_exercise_1_accepts_new_correct_diagnoses(right):
+    ok, msg = LAB.check_diagnosis(right)
+    assert ok, msg
+
+
+def _lru(warm, lengths, limit):
+    # the cache thought to evict its oldest graph when full, so a fallen-back length gets compiled later
+    cache, fell = [], 0
+    for i, n in enumerate([*warm, *lengths]):
+        if n in cache:
+            continue
+        if len(cache) == limit:
+            cache.pop(0)
+            fell += i >= len(warm)
+        cache.append(n)
+    return fell
+
+
+COUNTS_WRONG_2 = [
+    # the shortest lengths thought to get the graphs, not the first to arrive
+    lambda w, ls, k: sum(n not in sorted(set([*w, *ls]))[:k] for n in ls),
+    _lru,
+    # calls counted, not lengths: every call after the first `limit` calls falls back
+    lambda w, ls, k: max(0, min(len(ls), len(w) + len(ls) - k)),
+    # the warm-up's lengths thought to count only if the traffic sends them again
+    lambda w, ls, k: sum(n not in list(dict.fromkeys([*[m for m in w if m in ls], *ls]))[:k] for n in ls),
+]
+
+
+@pytest.mark.parametrize("wrong", COUNTS_WRONG_2)
+def test_exercise_2_rejects_new_misconceptions(wrong):
+    ok, msg = LAB.check_count(wrong)
+    assert not ok, msg
+
+
+def _count_with_budget(warm, lengths, limit):
+    """Correct: a budget of graphs spent on each new length, warm-up first."""
+    budget, graphs, fell = limit, set(), 0
+    for k, n in enumerate(warm + lengths):
+        if n in graphs:
+            continue
+        if budget:
+            budget -= 1
+            graphs.add(n)
+        elif k >= len(warm):
+            fell += 1
+    return fell
+
+
+def _count_with_islice(warm, lengths, limit):
+    """Correct: the first `limit` distinct arrivals, with itertools."""
+    import itertools
+
+    compiled = set(itertools.islice(dict.fromkeys(itertools.chain(warm, lengths)), limit))
+    return len([n for n in lengths if n not in compiled])
+
+
+@pytest.mark.parametrize("right", [_count_with_budget, _count_with_islice], ids=lambda f: f.__name__)
+def test_exercise_2_accepts_new_correct_counts(right):
+    ok, msg = LAB.check_count(right)
+    assert ok, msg
+
+
+def _pad_last_dim(svc):
+    def adapter(request):
+        # F.pad's pairs read first-dimension-first: (0, k) pads the features, not the length
+        x, t = svc.default_args(request)
+        n = min(-(-request.length // 64) * 64, svc.max_len)
+        return F.pad(x, (0, n - request.length)), t
+    return adapter
+
+
+def _pad_pow2(svc):
+    def adapter(request):
+        # powers of two "waste at most half": lengths 1 to 256 make nine of them
+        x, t = svc.default_args(request)
+        n = 1 << (request.length - 1).bit_length()
+        return F.pad(x, (0, 0, 0, n - request.length)), t
+    return adapter
+
+
+def _mark_from_2(svc):
+    def adapter(request):
+        # a range that starts at 2, as mark_dynamic's symbols do: the length-1 edge is outside it
+        x, t = svc.default_args(request)
+        torch._dynamo.mark_dynamic(x, 1, min=2, max=svc.max_len)
+        return x, t
+    return adapter
+
+
+@pytest.mark.parametrize("make", [_pad_last_dim, _pad_pow2, _mark_from_2], ids=lambda f: f.__name__)
+def test_exercise_3_rejects_new_misconceptions(lengths_service, make):
+    ok, msg = LAB.check_fix(lengths_service, make(lengths_service), requests=24)
+    assert not ok, msg
+
+
+def test_exercise_3_accepts_padding_written_with_cat(lengths_service):
+    svc = lengths_service
+
+    def adapter(request):
+        x = svc.tensor(request)
+        n = min((request.length + 63) // 64 * 64, svc.max_len)
+        zeros = x.new_zeros(x.shape[0], n - x.shape[1], x.shape[2])
+        return torch.cat([x, zeros], dim=1), request.temperature
+
+    ok, msg = LAB.check_fix(svc, adapter, requests=24)
+    assert ok, msg
+
+
+def _one_dtype(fn, inputs):
+    # strict for one dtype: inputs cast to float32 "to be safe", so a new dtype is no new graph
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        c = torch.compile(fn, backend="eager", dynamic=False)
+        for x in inputs:
+            c(x.float())
+
+
+def _own_count_torch_error(fn, inputs):
+    # counts shapes and dtypes itself and raises torch's error class: right call, but not torch's doing
+    limit = torch._dynamo.config.recompile_limit
+    c = torch.compile(fn, backend="eager", dynamic=False)
+    seen = set()
+    for x in inputs:
+        seen.add((tuple(x.shape), x.dtype))
+        if len(seen) > limit:
+            raise torch._dynamo.exc.FailOnRecompileLimitHit("recompile limit hit")
+        c(x)
+
+
+def _error_on_recompile(fn, inputs):
+    # error_on_recompile thought to be the strict switch: it raises at the first recompile, far below the limit
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        c = torch.compile(fn, backend="eager", dynamic=False)
+        for x in inputs:
+            c(x)
+
+
+def _optimize_by_name(fn, inputs):
+    # another compile entry point, named in a string
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        c = getattr(torch._dynamo, "optimize")("eager")(fn)
+        for x in inputs:
+            c(x)
+
+
+RUNNERS_WRONG_2 = [_one_dtype, _own_count_torch_error, _error_on_recompile, _optimize_by_name]
+
+
+@pytest.mark.parametrize("wrong", RUNNERS_WRONG_2, ids=lambda f: f.__name__)
+def test_exercise_4_rejects_new_misconceptions(wrong):
+    try:
+        ok, msg = LAB.check_strict_runner(wrong)
+    finally:
+        torch._dynamo.config.fail_on_recompile_limit_hit = False
+    assert not ok, msg
+
+
+def test_exercise_4_rejects_a_switch_flipped_before_the_check():
+    # the strict switch turned on in an earlier cell; the runner itself just compiles and calls
+    def plain(fn, inputs):
+        c = torch.compile(fn, backend="eager", dynamic=False)
+        for x in inputs:
+            c(x)
+
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        ok, msg = LAB.check_strict_runner(plain)
+    assert not ok and "fail_on_recompile_limit_hit" in msg, msg
+
+
+def _restored_by_hand(fn, inputs):
+    cfg = torch._dynamo.config
+    saved = cfg.fail_on_recompile_limit_hit
+    cfg.fail_on_recompile_limit_hit = True
+    try:
+        compiled = torch.compile(fn, backend="eager", dynamic=False)
+        for x in inputs:
+            compiled(x)
+    finally:
+        cfg.fail_on_recompile_limit_hit = saved
+
+
+def _patch_dict(fn, inputs):
+    with torch._dynamo.config.patch({"fail_on_recompile_limit_hit": True}):
+        @torch.compile(backend="eager", dynamic=False)
+        def compiled(x):
+            return fn(x)
+        for x in inputs:
+            compiled(x)
+
+
+@pytest.mark.parametrize("right", [_restored_by_hand, _patch_dict], ids=lambda f: f.__name__)
+def test_exercise_4_accepts_new_correct_runners(right):
+    ok, msg = LAB.check_strict_runner(right)
+    assert ok, msg
+
+
+@pytest.mark.parametrize("picks", [
+    {"A": "bucket128", "B": "raise_limit", "C": "raise_limit"},   # C's thousands of lengths thought to fit a raised limit
+    {"A": "mark_dynamic", "B": "raise_limit", "C": "mark_dynamic"},  # A's symbol: its kernels are not static
+    {"A": "bucket128", "B": "raise_limit", "C": "bucket128"},     # C padded, and padding is not allowed there
+], ids=["C raise", "A mark", "C bucket"])
+def test_exercise_5_rejects_new_misconceptions(picks):
+    ok, msg = LAB.check_choices(_choices(picks))
+    assert not ok, msg
+
+
+def test_exercise_5_rejects_a_graph_count_off_by_one():
+    # the right fixes, with the recompiles counted instead of the graphs
+    picks = _choices({"A": "bucket128", "B": "raise_limit", "C": "mark_dynamic"})
+    wrong = {p: (f, n - 1) for p, (f, n) in picks.items()}
+    ok, msg = LAB.check_choices(wrong)
+    assert not ok and not re.search(rf"\b{picks['A'][1]}\b", msg.replace("bucket128", "")), msg
+
+
+def test_exercise_5_accepts_counts_read_from_the_record():
+    choices = {}
+    for name, fix in (("C", "dynamic_true"), ("B", "raise_limit"), ("A", "bucket128")):
+        p = LAB.PATTERNS[name]
+        choices[name] = (fix, len(LAB.serve_pattern(p.lengths, fix, p.max_len).record.compiles))
+    ok, msg = LAB.check_choices(choices)
     assert ok, msg

@@ -1,11 +1,16 @@
 """Lab 04's misconception catalogue: plausible wrong answers, each written from the idea an exercise
 tests, called against its check directly (no notebook) and required to fail; correct answers written
 differently from the solution, required to pass."""
+import bisect
 import collections
 import functools
 import importlib
+import itertools
 import math
+import re
+import statistics
 import time
+import timeit
 
 import pytest
 import torch
@@ -47,6 +52,9 @@ def judge(exercise, answer):
         return G.check_multiple_bucket(answer)
     if exercise == "masked_mean":
         return G.check_masked_mean(answer, 32)
+    if exercise == "choose_buckets" and isinstance(answer, WasteReported):
+        mine = recursive_buckets(list(SAMPLE), L_LAB, 8)
+        return G.check_choose_buckets(recursive_buckets, SAMPLE, L_LAB, 8, mine, answer.waste(mine, SAMPLE))
     if exercise == "choose_buckets":
         mine = answer(list(SAMPLE), L_LAB, 8)
         return G.check_choose_buckets(answer, SAMPLE, L_LAB, 8, mine, _waste(sorted(mine), SAMPLE))
@@ -249,10 +257,250 @@ RIGHT = [
 ]
 
 
+# --- round 2: a red team's answers, written from the ideas without reading the checks' cases ------------
+
+def pow2_table_to_a_million(n, L, smallest):
+    for b in (1 << i for i in range(21)):  # a table of buckets up to 2^20 "is enough"; past it, L
+        if b >= n and b >= smallest:
+            return min(b, L)
+    return L
+
+
+def pow2_floor_only_far_below(n, L, smallest):
+    p = 1 << (n - 1).bit_length()
+    return smallest if n < smallest // 2 else min(p, L)
+
+
+def pow2_via_globals(n, L, smallest):
+    return max(globals()["S"].next_pow2(n, L), min(smallest, L))
+
+
+def pow2_doubling_from_the_floor(n, L, smallest):
+    b = smallest
+    while b < n:
+        b *= 2
+    return min(b, L)
+
+
+def multiple_cap_at_last_multiple(n, k, L):
+    return min(-(-n // k) * k, L // k * k or k)
+
+
+def multiple_k_above_L(n, k, L):
+    return -(-n // k) * k if k <= L else k
+
+
+def multiple_divmod(n, k, L):
+    q, r = divmod(n, k)
+    return min((q + (r > 0)) * k, L)
+
+
+def mean_right_padded_from_lengths(x, mask):
+    w = (torch.arange(x.shape[1]) < mask.sum(1, keepdim=True)).to(x.dtype)[..., None]
+    return (x * w).sum(1) / w.sum(1)
+
+
+def mean_in_float32_cast_back(x, mask):
+    w = mask.unsqueeze(-1).float()
+    return ((x.float() * w).sum(1) / w.sum(1)).to(x.dtype)
+
+
+def mean_longest_row_divisor(x, mask):
+    return (x * mask[..., None].to(x.dtype)).sum(1) / mask.sum(1).max()
+
+
+def mean_rescaled_padded_mean(x, mask):
+    return x.mean(1) * x.shape[1] / mask.sum(1, keepdim=True).to(x.dtype)
+
+
+def mean_through_dynamo_optimize(x, mask):
+    f = torch._dynamo.optimize("eager")(lambda a, m: (a * m[..., None]).sum(1) / m.sum(1, keepdim=True))
+    return f(x, mask)
+
+
+def mean_nanmean(x, mask):
+    return torch.where(mask[..., None], x, float("nan")).nanmean(1)
+
+
+def mean_masked_fill(x, mask):
+    return x.masked_fill(~mask.unsqueeze(-1), 0).sum(dim=1) / mask.sum(dim=1, keepdim=True)
+
+
+def buckets_greedy(lengths, L, budget):
+    chosen, cands = {L}, sorted(set(lengths))
+
+    def waste(bs):
+        bs = sorted(bs)
+        return sum(bs[bisect.bisect_left(bs, n)] - n for n in lengths)
+
+    while len(chosen) < budget:
+        best = min((c for c in cands if c not in chosen), key=lambda c: waste(chosen | {c}), default=None)
+        if best is None or waste(chosen | {best}) >= waste(chosen):
+            break
+        chosen.add(best)
+    return sorted(chosen)
+
+
+def buckets_quantiles(lengths, L, budget):
+    vals = sorted(lengths)
+    return sorted({vals[(i + 1) * len(vals) // budget - 1] for i in range(budget - 1)} | {L})
+
+
+def buckets_powers_of_two_subset(lengths, L, budget):
+    cands = sorted({min(1 << (n - 1).bit_length(), L) for n in lengths} - {L})
+    best = None
+    for r in range(min(budget - 1, len(cands)) + 1):
+        for combo in itertools.combinations(cands, r):
+            bs = sorted(set(combo) | {L})
+            w = sum(bs[bisect.bisect_left(bs, n)] - n for n in lengths)
+            if best is None or w < best[0]:
+                best = (w, bs)
+    return best[1]
+
+
+def buckets_from_the_library_by_name(lengths, L, budget):
+    return list(globals()["S"].optimal_buckets(lengths, L, budget))
+
+
+class WasteReported:
+    """The lab's right bucket search, with ``my_waste`` computed by ``waste(buckets, sample)``."""
+
+    def __init__(self, waste):
+        self.waste = waste
+
+
+def waste_over_distinct_lengths(bs, sample):
+    d = set(sample)
+    return sum(min(b for b in bs if b >= n) - n for n in d) / len(d)
+
+
+def waste_bisect_right(bs, sample):
+    bs = sorted(bs)
+    return sum(bs[min(bisect.bisect_right(bs, n), len(bs) - 1)] - n for n in sample) / len(sample)
+
+
+def timer_amortised_over_100(fn, *args):
+    start = time.perf_counter()
+    for _ in range(100):
+        fn(*args)
+    return (time.perf_counter() - start) / 100
+
+
+def timer_mean_of_all(fn, *args):
+    samples = []
+    for _ in range(30):
+        start = time.perf_counter()
+        fn(*args)
+        samples.append(time.perf_counter() - start)
+    return sum(samples) / len(samples)
+
+
+def timer_in_milliseconds(fn, *args):
+    fn(*args)
+    samples = []
+    for _ in range(9):
+        start = time.perf_counter()
+        fn(*args)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1000
+
+
+def timer_timeit(fn, *args):
+    fn(*args)
+    return statistics.median(timeit.repeat(lambda: fn(*args), number=1, repeat=11))
+
+
+def policy_exact_against_dynamic(requests, policies):
+    t = {p.name: p.graphs * p.compile_s + requests * p.per_request_s for p in (policies[0], policies[-1])}
+    name = min(t, key=t.get)
+    return name, t[name]
+
+
+def policy_first_call_is_the_compile(requests, policies):
+    t = {p.name: p.graphs * p.compile_s + max(requests - p.graphs, 0) * p.per_request_s for p in policies}
+    name = min(t, key=t.get)
+    return name, t[name]
+
+
+def policy_fewest_graphs_when_small(requests, policies):
+    p = min(policies, key=(lambda p: p.graphs) if requests < 1000 else (lambda p: p.per_request_s))
+    return p.name, p.graphs * p.compile_s + requests * p.per_request_s
+
+
+def policy_fsum(requests, policies):
+    best = None
+    for p in policies:
+        total = math.fsum([p[1] * p[2], requests * p[3]])
+        if best is None or total < best[1]:
+            best = (p[0], total)
+    return best
+
+
+WRONG += [
+    ("pow2_bucket", "a table of powers of two up to a million, then L", pow2_table_to_a_million),
+    ("pow2_bucket", "the floor applies only to requests far below it", pow2_floor_only_far_below),
+    ("pow2_bucket", "the library's next_pow2 reached through globals()['S']", pow2_via_globals),
+    ("pow2_bucket", "the cap rounded up to a power of two too (past an odd L)",
+     lambda n, L, s: min(max(1 << (n - 1).bit_length(), s), 1 << (L - 1).bit_length())),
+    ("multiple_bucket", "the cap is the last multiple of k below L, not L", multiple_cap_at_last_multiple),
+    ("multiple_bucket", "k larger than L: one bucket of k tokens", multiple_k_above_L),
+    ("multiple_bucket", "round(n / k): the nearest multiple, not the next one up",
+     lambda n, k, L: min(int(round(n / k)) * k or k, L)),
+    ("multiple_bucket", "the course library imported inside the function by its dotted name",
+     lambda n, k, L: min(__import__("shapelab.instruments.bucketing").instruments.bucketing.check_bucket_set([-(-n // k) * k], 10 ** 9, 1)[0], L)),
+    ("masked_mean", "a right-padded mask rebuilt from the lengths (left padding read as right)",
+     mean_right_padded_from_lengths),
+    ("masked_mean", "computed in float32 and cast back: float64 loses its digits", mean_in_float32_cast_back),
+    ("masked_mean", "one divisor for the batch, the longest row's length", mean_longest_row_divisor),
+    ("masked_mean", "the mean over the padded length, rescaled: the padding still in the sum", mean_rescaled_padded_mean),
+    ("masked_mean", "compiled inside the answer with torch._dynamo.optimize", mean_through_dynamo_optimize),
+    ("choose_buckets", "greedy: add the bucket that saves most, one at a time", buckets_greedy),
+    ("choose_buckets", "equal-count quantiles of the sample as buckets", buckets_quantiles),
+    ("choose_buckets", "the best subset of powers of two", buckets_powers_of_two_subset),
+    ("choose_buckets", "the library's optimal_buckets reached through globals()['S']", buckets_from_the_library_by_name),
+    ("choose_buckets", "my_waste averaged over the distinct lengths, not the requests", WasteReported(waste_over_distinct_lengths)),
+    ("choose_buckets", "my_waste with bisect_right: a request at a bucket is sent to the next", WasteReported(waste_bisect_right)),
+    ("per_request_seconds", "the compile averages out over 100 calls", timer_amortised_over_100),
+    ("per_request_seconds", "the mean of every call, the first (the compile) included", timer_mean_of_all),
+    ("per_request_seconds", "the median in milliseconds", timer_in_milliseconds),
+    ("choose_policy", "only exact shapes against dynamic: buckets never considered", policy_exact_against_dynamic),
+    ("choose_policy", "each graph's first call is the compile, so it is not a request", policy_first_call_is_the_compile),
+    ("choose_policy", "few requests: fewest graphs; many: fastest per request", policy_fewest_graphs_when_small),
+]
+
+RIGHT += [
+    ("pow2_bucket", "doubling from the floor in a loop", pow2_doubling_from_the_floor),
+    ("multiple_bucket", "divmod and a carry", multiple_divmod),
+    ("masked_mean", "nanmean over the padding set to NaN", mean_nanmean),
+    ("masked_mean", "masked_fill then a sum over the real count", mean_masked_fill),
+    ("per_request_seconds", "timeit.repeat after one warm-up call", timer_timeit),
+    ("choose_policy", "math.fsum over tuple fields", policy_fsum),
+]
+
+
 @pytest.mark.parametrize("exercise, idea, answer", WRONG, ids=[f"{e}: {i[:40]}" for e, i, _ in WRONG])
 def test_wrong_answer_is_rejected(exercise, idea, answer):
     ok, msg = judge(exercise, answer)
     assert not ok, f"a wrong answer passed ({idea}): {msg}"
+    assert not leaks(exercise, msg), f"the feedback prints the value asked for ({idea}): {msg}"
+
+
+def leaks(exercise, msg):
+    """True when ``msg`` prints what the learner was asked to find: the bucket a failing call should
+    return (outside the call's own arguments), the optimal buckets or their waste, a cheapest policy's name
+    the learner did not give."""
+    if exercise in ("pow2_bucket", "multiple_bucket") and (m := re.search(r"\((n=\d+), (\w)=(\d+), (\w+)=(\d+)\)", msg)):
+        n, a, b = int(m.group(1)[2:]), int(m.group(3)), int(m.group(5))
+        want = min(max(1 << (n - 1).bit_length(), b), a) if exercise == "pow2_bucket" else min(-(-n // a) * a, b)
+        rest = msg.replace(m.group(0), "").split(":", 1)[-1]
+        return re.search(rf"(?<![\d.]){want}(?![\d.])", rest) is not None and want not in (n, a, b)
+    if exercise == "choose_buckets":
+        best = recursive_buckets(list(SAMPLE), L_LAB, 8)
+        return str(best) in msg or f"{_waste(best, SAMPLE):.2f}" in msg
+    if exercise == "choose_policy":
+        named = re.findall(r"'([^']+)'", msg)
+        return any(w in msg for w in ("cheapest is", "should be", "expected")) or len(set(named)) > 1
+    return any(w in msg for w in ("should be", "expected", "the answer is"))
 
 
 @pytest.mark.parametrize("exercise, idea, answer", RIGHT, ids=[f"{e}: {i[:40]}" for e, i, _ in RIGHT])

@@ -1,7 +1,10 @@
 """Lab 05's misconception catalogue: plausible wrong answers, each written from the idea an exercise
 tests, called against its check directly (no notebook) and required to fail; correct answers written
 differently from the solution, required to pass."""
+import functools
 import math
+import re
+import statistics
 
 import pytest
 import torch
@@ -261,10 +264,209 @@ RIGHT = [
 ]
 
 
+# --- round 2: a red team's answers, written from the ideas without reading the checks' cases ------------
+
+def dense_in_float32_cast_back(x, scores, t):
+    y = x.float()
+    return torch.where((scores > t)[:, None], y / y.norm(dim=1, keepdim=True), 0.0).to(x.dtype)
+
+
+def dense_norm_of_masked_batch(x, scores, t):
+    keep = (scores > t)[:, None]
+    masked = x * keep
+    return torch.where(keep, masked / masked.norm(), 0.0)
+
+
+def dense_by_nonzero_scatter(x, scores, t):
+    idx = (scores > t).nonzero().squeeze(1)
+    kept = x[idx]
+    return torch.zeros_like(x).index_copy(0, idx, kept / kept.norm(dim=1, keepdim=True))
+
+
+def dense_rsqrt_with_eps(x, scores, t):
+    inv = torch.rsqrt((x * x).sum(1, keepdim=True) + 1e-6)
+    return torch.where((scores > t)[:, None], x * inv, 0.0)
+
+
+def dense_zero_rows_then_clamped_norm(x, scores, t):
+    x = x.clone()
+    x[scores <= t] = 0.0
+    return x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def dense_nan_to_num(x, scores, t):
+    return (x / x.norm(dim=1, keepdim=True) * (scores > t)[:, None]).nan_to_num(0.0)
+
+
+def dense_safe_divisor(x, scores, t):
+    keep = (scores > t)[:, None]
+    safe = torch.where(keep, x.norm(dim=1, keepdim=True), torch.ones((), dtype=x.dtype))
+    return torch.where(keep, x / safe, torch.zeros((), dtype=x.dtype))
+
+
+def _first_four_with(*promises):
+    def candidate(x, scores):
+        kept = x[scores > THRESHOLD]
+        torch._check(kept.shape[0] >= 4)
+        for promise in promises:
+            promise(kept, x)
+        if kept.shape[0] >= 4:
+            return kept[:4].sum(0)
+        return kept.sum(0)
+
+    return candidate
+
+
+def first_four_on_the_batch(x, scores):
+    kept = x[scores > THRESHOLD]
+    torch._check(x.shape[0] >= 4)
+    if kept.shape[0] >= 4:
+        return kept[:4].sum(0)
+    return kept.sum(0)
+
+
+def first_four_reversed_with_message(x, scores):
+    kept = x[scores > THRESHOLD]
+    torch._check(4 <= kept.size(0), lambda: "the workload keeps at least four rows")
+    if kept.shape[0] >= 4:
+        return kept[:4].sum(0)
+    return kept.sum(0)
+
+
+def _ranked_moe(x, gate_w, w, capacity_factor, *, score="gate", descending=True, at_most=False, renormalise=False):
+    T, E = x.shape[0], w.shape[0]
+    C = capacity(T, E, capacity_factor)
+    expert, gate = route(x, gate_w)
+    key = gate if score == "gate" else (x @ gate_w).max(-1).values
+    order = torch.argsort(key, descending=descending, stable=True)
+    onehot = F.one_hot(expert[order], E)
+    position = torch.empty_like(order).scatter(0, order, (onehot.cumsum(0) * onehot).sum(1) - 1)
+    keep = position <= C if at_most else position < C
+    g = gate * keep
+    if renormalise:
+        g = g / g.sum() * keep.sum()
+    return torch.einsum("td,tdh->th", x, w[expert]) * g[:, None]
+
+
+def moe_rank_by_comparison_matrix(x, gate_w, w, capacity_factor):
+    T, E = x.shape[0], w.shape[0]
+    C = capacity(T, E, capacity_factor)
+    expert, gate = route(x, gate_w)
+    idx = torch.arange(T)
+    ahead = (gate[None, :] > gate[:, None]) | ((gate[None, :] == gate[:, None]) & (idx[None, :] < idx[:, None]))
+    keep = (ahead & (expert[None, :] == expert[:, None])).sum(1) < C
+    return torch.einsum("td,tdh->th", x, w[expert]) * torch.where(keep, gate, 0.0)[:, None]
+
+
+def moe_one_sort_key(x, gate_w, w, capacity_factor):
+    T, E = x.shape[0], w.shape[0]
+    C = capacity(T, E, capacity_factor)
+    expert, gate = route(x, gate_w)
+    order = torch.argsort(expert.to(gate.dtype) * 2 - gate, stable=True)  # expert first, most confident first
+    counts = F.one_hot(expert, E).sum(0)
+    starts = torch.cumsum(counts, 0) - counts
+    position = torch.empty_like(order).scatter(0, order, torch.arange(T) - starts[expert[order]])
+    keep = position < C
+    return (x.unsqueeze(1) @ w[expert]).squeeze(1) * (gate * keep).unsqueeze(1)
+
+
+def _batch_share(expert, experts, f):
+    C = capacity(expert.numel(), experts, f)
+    return 1 - torch.bincount(expert, minlength=experts).clamp(max=C).sum().item() / expert.numel()
+
+
+def factor_experts_seen(routes, experts, factors, budget):
+    for f in sorted(factors):
+        share = sum(_batch_share(r, int(r.max()) + 1, f) for r in routes) / len(routes)
+        if share <= budget:
+            return f, share
+    return None
+
+
+def factor_median_share(routes, experts, factors, budget):
+    for f in sorted(factors):
+        share = statistics.median(_batch_share(r, experts, f) for r in routes)
+        if share <= budget:
+            return f, share
+    return None
+
+
+def factor_share_of_slots(routes, experts, factors, budget):
+    for f in sorted(factors):
+        shares = []
+        for r in routes:
+            C = capacity(r.numel(), experts, f)
+            dropped = r.numel() - torch.bincount(r, minlength=experts).clamp(max=C).sum().item()
+            shares.append(dropped / (C * experts))
+        share = sum(shares) / len(shares)
+        if share <= budget:
+            return f, share
+    return None
+
+
+def factor_from_the_grader_by_globals(routes, experts, factors, budget):
+    return globals()["checks"]._choose_factor(routes, experts, factors, budget, capacity)
+
+
+def factor_overflow_sum(routes, experts, factors, budget):
+    for f in sorted(factors):
+        per = [float((torch.bincount(r, minlength=experts) - capacity(len(r), experts, f)).clamp(min=0).sum()) / len(r)
+               for r in routes]
+        if sum(per) / len(per) <= budget:
+            return f, sum(per) / len(per)
+    return None
+
+
+WRONG += [
+    ("fixed_shape", "computed in float32 and cast back: a float64 batch loses its digits", dense_in_float32_cast_back),
+    ("fixed_shape", "the norm of the masked batch as a whole", dense_norm_of_masked_batch),
+    ("fixed_shape", "the kept rows by nonzero(), scattered back: a size from the data again", dense_by_nonzero_scatter),
+    ("fixed_shape", "an epsilon under the square root 'for safety': a short kept row is not unit length",
+     dense_rsqrt_with_eps),
+    ("promise", "also a cap 'no batch is bigger than 1024'",
+     _first_four_with(lambda kept, x: torch._check(kept.shape[0] <= 1024))),
+    ("promise", "also a cap at 128 rows", _first_four_with(lambda kept, x: torch._check(kept.shape[0] <= 128))),
+    ("promise", "_check_is_size with a max, to be safe",
+     _first_four_with(lambda kept, x: torch._check_is_size(kept.shape[0], max=512))),
+    ("promise", "the kept count is even", _first_four_with(lambda kept, x: torch._check(kept.shape[0] % 2 == 0))),
+    ("promise", "the promise made about the batch, not the kept rows", first_four_on_the_batch),
+    ("moe", "the most confident by the raw logit, not the router's probability",
+     functools.partial(_ranked_moe, score="logit")),
+    ("moe", "position <= C: one token too many per expert", functools.partial(_ranked_moe, at_most=True)),
+    ("moe", "the least confident first (ascending sort)", functools.partial(_ranked_moe, descending=False)),
+    ("moe", "the kept tokens' gates renormalised to sum to their count", functools.partial(_ranked_moe, renormalise=True)),
+    ("choose_factor", "the number of experts read off the routing (highest index + 1)", factor_experts_seen),
+    ("choose_factor", "the median of the batches' shares, not the mean", factor_median_share),
+    ("choose_factor", "the dropped tokens as a share of the slots, not of the tokens", factor_share_of_slots),
+    ("choose_factor", "the grader's reference reached through globals()", factor_from_the_grader_by_globals),
+]
+
+RIGHT += [
+    ("fixed_shape", "the unkept rows zeroed in a copy, then a clamped norm", dense_zero_rows_then_clamped_norm),
+    ("fixed_shape", "the NaN of a zero row removed by nan_to_num", dense_nan_to_num),
+    ("fixed_shape", "a divisor of 1 where the row is not kept", dense_safe_divisor),
+    ("promise", "4 <= size(0), with a message", first_four_reversed_with_message),
+    ("moe", "a rank within the expert by a comparison matrix, ties by arrival", moe_rank_by_comparison_matrix),
+    ("moe", "one sort key, expert then confidence, and one_hot counts", moe_one_sort_key),
+    ("choose_factor", "the overflow of each expert summed", factor_overflow_sum),
+]
+
+
 @pytest.mark.parametrize("exercise, idea, answer", WRONG, ids=[f"{e}: {i[:40]}" for e, i, _ in WRONG])
 def test_wrong_answer_is_rejected(exercise, idea, answer):
     ok, msg = judge(exercise, answer)
     assert not ok, f"a wrong answer passed ({idea}): {msg}"
+    assert not leaks(exercise, msg), f"the feedback prints the value asked for ({idea}): {msg}"
+
+
+def leaks(exercise, msg):
+    """True when ``msg`` prints what the learner was asked to find: the promise itself, or a factor or share
+    the learner did not return."""
+    if exercise == "promise" and re.search(r"_check\([^)]*(>=\s*4|>\s*3)", msg):
+        return True
+    if exercise == "choose_factor" and re.search(r"(smaller|right|correct) factor (is|would be) [\d.]+", msg):
+        return True
+    return any(w in msg for w in ("should be", "expected", "the answer is"))
 
 
 @pytest.mark.parametrize("exercise, idea, answer", RIGHT, ids=[f"{e}: {i[:40]}" for e, i, _ in RIGHT])

@@ -1,6 +1,7 @@
 """Lab 06's misconception catalogue: plausible wrong answers, each written from the idea an exercise
 tests, called against its check directly (no notebook) and required to fail; correct answers written
 differently from the solution, required to pass."""
+import functools
 import math
 
 import pytest
@@ -292,12 +293,176 @@ def _settings_back():
     torch._dynamo.config.allow_unspec_int_on_nn_module = False
     torch._dynamo.config.error_on_recompile = False
     torch._dynamo.config.recompile_limit = 8
+    _SHAPES_SEEN.clear()
+
+
+# --- round 2: a red team's answers, written from the ideas without reading the checks' cases ------------
+
+def _train_padded(X, Y, batch_size, epochs, seed, compile_fn, *, pad="zeros", mask_from="positions",
+                  total_fn=None, model_cls=RegressorFixed):
+    torch.manual_seed(seed)
+    model = model_cls(X.shape[1])
+    compiled = compile_fn(loss_masked)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses, k = [], 0
+    total = total_fn(len(X), batch_size, epochs) if total_fn else epochs * math.ceil(len(X) / batch_size)
+    for _ in range(epochs):
+        for start in range(0, len(X), batch_size):
+            x, y = X[start:start + batch_size], Y[start:start + batch_size]
+            n = x.shape[0]
+            if pad == "zeros":
+                x, y = F.pad(x, (0, 0, 0, batch_size - n)), F.pad(y, (0, 0, 0, batch_size - n))
+            else:  # wrap around to the first samples
+                idx = torch.arange(start, start + batch_size) % len(X)
+                x, y = X[idx], Y[idx]
+            if mask_from == "zero rows":
+                mask = (x.abs().sum(1) > 0).to(x.dtype)
+            elif mask_from == "none":
+                mask = torch.ones(batch_size)
+            else:
+                mask = (torch.arange(batch_size) < n).to(x.dtype)
+            loss = compiled(model, x, y, mask, torch.tensor(0.1 * (1 - k / total)))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            model.step += 1
+            k += 1
+            losses.append(loss.item())
+    return model, losses
+
+
+class RegressorWarmupFromZero(RegressorFixed):
+    def forward(self, x):  # step / WARMUP, with step 0 patched: the ramp is one step late after it
+        return self.body(x) * torch.clamp(torch.clamp(self.step.double(), min=1) / WARMUP, max=1.0).float()
+
+
+class RegressorFloatStep(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(features, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 1))
+        self.register_buffer("step", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, x):
+        return self.body(x) * ((self.step + 1) / WARMUP).clamp(max=1).to(x.dtype)
+
+
+def train_under_a_config_patch(X, Y, batch_size, epochs, seed, compile_fn):
+    with torch._dynamo.config.patch(recompile_limit=64, automatic_dynamic_shapes=False):
+        return train_original(X, Y, batch_size, epochs, seed, compile_fn)
+
+
+def step_masks_current(q, k_cache, v_cache, k_new, v_new, w_out, temperature, pos):
+    k_cache.index_copy_(1, pos, k_new)
+    v_cache.index_copy_(1, pos, v_new)
+    scores = q @ k_cache.transpose(1, 2) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(torch.arange(k_cache.shape[1]) >= pos, float("-inf"))  # hides the new token too
+    return ((scores.softmax(-1) @ v_cache) @ w_out / temperature).softmax(-1)
+
+
+def _serve_cached(requests, w_out, max_len, compile_fn, *, size=None, shared=False, float_temperature=False,
+                  step_fn=step_fixed):
+    step = compile_fn(step_fn)
+    heads, dim = requests[0]["q"].shape[1], requests[0]["q"].shape[3]
+    cache_len = size(max_len) if size else max_len
+    k, v = torch.zeros(heads, cache_len, dim), torch.zeros(heads, cache_len, dim)
+    outputs = []
+    for req in requests:
+        if not shared:
+            k, v = torch.zeros(heads, cache_len, dim), torch.zeros(heads, cache_len, dim)
+        temperature = req["temperature"] if float_temperature else torch.tensor(req["temperature"])
+        outputs.append(torch.stack([step(req["q"][t], k, v, req["k"][t], req["v"][t], w_out, temperature,
+                                         torch.tensor([t])) for t in range(req["q"].shape[0])]))
+    return outputs
+
+
+_SHAPES_SEEN = set()
+
+
+def production_remembers_shapes(compiled, x):
+    if tuple(x.shape) in _SHAPES_SEEN:  # "a shape I have served is warm"
+        return compiled(x)
+    _SHAPES_SEEN.add(tuple(x.shape))
+    with torch.compiler.set_stance("force_eager"):
+        return compiled(x)
+
+
+def production_eager_for_odd_inputs(compiled, x):
+    if x.dtype != torch.float32 or not x.is_contiguous():
+        with torch.compiler.set_stance("force_eager"):
+            return compiled(x)
+    return compiled(x)  # sizes "are dynamic anyway"
+
+
+def production_normalised_input(compiled, x):
+    with torch.compiler.set_stance("eager_on_recompile"):
+        return compiled(x.contiguous().float())
+
+
+def production_always_original(compiled, x):
+    return compiled._torchdynamo_orig_callable(x)
+
+
+def production_fail_then_force_eager(compiled, x):
+    try:
+        with torch.compiler.set_stance("fail_on_recompile"):
+            return compiled(x)
+    except Exception:
+        with torch.compiler.set_stance("force_eager"):
+            return compiled(x)
+
+
+WRONG += [
+    ("causes", "the short last batch read as a 0/1 specialisation, besides the three",
+     {"ragged last batch", "python float argument", "int attribute on a module", "0/1 specialisation"}),
+    ("causes", "a growing tensor instead of the short last batch",
+     {"growing tensor", "python float argument", "int attribute on a module"}),
+    ("causes", "the loss function's code object shared, the float missed",
+     {"ragged last batch", "int attribute on a module", "shared code object"}),
+    ("causes", "the short batch as 0/1 specialisation, without the ragged batch",
+     {"python float argument", "int attribute on a module", "0/1 specialisation"}),
+    ("training", "padding recognised as the all-zero rows", functools.partial(_train_padded, mask_from="zero rows")),
+    ("training", "the short batch filled from the start of the data, and weighed like real rows",
+     functools.partial(_train_padded, pad="wrap", mask_from="none")),
+    ("training", "the schedule's length with // (the short batch not counted)",
+     functools.partial(_train_padded, total_fn=lambda n, b, e: e * max(1, n // b))),
+    ("training", "the warm-up ramp from step / WARMUP, step 0 patched", functools.partial(_train_padded, model_cls=RegressorWarmupFromZero)),
+    ("training", "the original under a config patch, put back before the check looks", train_under_a_config_patch),
+    ("serving", "a KV cache of 64 positions, 'plenty'", functools.partial(_serve_cached, size=lambda m: 64)),
+    ("serving", "a KV cache of 256 positions", functools.partial(_serve_cached, size=lambda m: 256)),
+    ("serving", "the temperature left a Python float", functools.partial(_serve_cached, float_temperature=True)),
+    ("serving", "the mask hides the token just written (>= pos)", functools.partial(_serve_cached, step_fn=step_masks_current)),
+    ("production", "a shape served once counted as warm", production_remembers_shapes),
+    ("production", "eager only for another dtype or layout: sizes assumed dynamic", production_eager_for_odd_inputs),
+    ("production", "the input made contiguous float32 first", production_normalised_input),
+    ("production", "the original function, always", production_always_original),
+]
+
+RIGHT += [
+    ("training", "the short batch filled from the start of the data, weighed 0", functools.partial(_train_padded, pad="wrap")),
+    ("training", "the step a float64 buffer", functools.partial(_train_padded, model_cls=RegressorFloatStep)),
+    ("serving", "one cache for every request, rounded up to a power of two",
+     functools.partial(_serve_cached, shared=True, size=lambda m: 1 << (m - 1).bit_length())),
+    ("production", "fail_on_recompile, then force_eager", production_fail_then_force_eager),
+]
 
 
 @pytest.mark.parametrize("exercise, idea, answer", WRONG, ids=[f"{e}: {i[:40]}" for e, i, _ in WRONG])
 def test_wrong_answer_is_rejected(exercise, idea, answer):
     ok, msg = judge(exercise, answer)
     assert not ok, f"a wrong answer passed ({idea}): {msg}"
+    assert not leaks(exercise, answer, msg), f"the feedback prints the value asked for ({idea}): {msg}"
+
+
+PLANTED = {"ragged last batch", "python float argument", "int attribute on a module"}  # the lab's own answer
+
+
+def leaks(exercise, answer, msg):
+    """True when ``msg`` prints what the learner was asked to find: a planted cause they did not name, or a
+    fix spelled out."""
+    if exercise == "causes":
+        named = {str(a).strip().lower() for a in answer}
+        return any(label in msg for label in PLANTED - named)
+    return any(w in msg for w in ("should be", "expected", "the answer is", "set_stance(\"eager_on_recompile\")"))
 
 
 @pytest.mark.parametrize("exercise, idea, answer", RIGHT, ids=[f"{e}: {i[:40]}" for e, i, _ in RIGHT])

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 __all__ = ["AnswerRefused", "inspect_answer", "watch_settings", "settings_now", "settings_changes",
-           "no_compiling", "answering", "call_answer", "refuse_if", "CompileLog", "counting_compiles"]
+           "settings_flipped", "flipped_feedback", "refuse_flipped", "no_compiling", "answering", "call_answer", "refuse_if", "CompileLog", "counting_compiles"]
 
 _REAL_COMPILE = torch.compile  # a reference the answer saved before a check swapped it is this object
 # attribute names of compile entry points other than torch.compile
@@ -167,7 +167,7 @@ def inspect_answer(fn: Any, *, compile_allowed: bool = True, allow: tuple = ()) 
             return
         if not isinstance(obj, types.FunctionType):
             call = getattr(type(obj), "__call__", None)
-            if isinstance(call, types.FunctionType) and type(obj).__module__ == "__main__":
+            if isinstance(call, types.FunctionType) and type(obj).__module__ in home:
                 value(call, f"{where}.__call__")
             return
         name = obj.__qualname__
@@ -185,6 +185,9 @@ def inspect_answer(fn: Any, *, compile_allowed: bool = True, allow: tuple = ()) 
             for const in code.co_consts:
                 if isinstance(const, str) and re.fullmatch(r"\s*shapelab(\.\w+)*\s*", const):  # a module name, not prose
                     note(f"{name} names the course library in a string ({const!r}): answer with PyTorch, not shapelab")
+                elif isinstance(const, str) and const in _OTHER_ENTRY_POINTS:  # getattr(torch._dynamo, "optimize")
+                    note(f"{name} names {const!r}, a compile entry point other than torch.compile, in a string: "
+                         "the check counts what torch.compile does")
             for op, arg in _instructions(code):
                 if op in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(arg, str):
                     if arg in ("importlib", "__import__", "exec", "eval"):
@@ -280,6 +283,62 @@ def watch_settings() -> Iterator[list[str]]:
         changes.extend(settings_changes(before, settings_now()))
         if changes:
             _put_back(before)
+
+
+def settings_flipped() -> list[str]:
+    """Readable lines for every compiler setting that is not at torch's default now (the default the
+    environment gives it, where a ``TORCH*`` variable sets one), and a compiler stance other than
+    "default": a switch flipped in an earlier cell, before a check ran, changes what the check
+    measures as much as one flipped inside the answer."""
+    import importlib
+
+    from ..instruments import compat
+
+    from torch.utils import _config_module
+
+    unset = getattr(_config_module, "_UNSET_SENTINEL", object())
+    lines = []
+    for mod_name in _CONFIG_MODULES:
+        mod = importlib.import_module(mod_name)
+        entries = getattr(mod, "_config", {})
+        for key, now in mod.get_config_copy().items():
+            entry = entries.get(key)
+            if entry is None:
+                continue
+            default = entry.default
+            for env in ("env_value_default", "env_value_force"):
+                value = getattr(entry, env, unset)
+                if value is not unset:
+                    default = value
+            try:
+                same = bool(now == default)
+            except Exception:  # values that cannot be compared count as unchanged
+                continue
+            if not same:
+                lines.append(f"{mod_name}.{key}: {default!r} -> {now!r}")
+    stance = compat.current_stance()
+    if stance and stance[0] != "default":
+        lines.append(f"the compiler stance: 'default' -> {stance[0]!r}")
+    return lines
+
+
+def flipped_feedback(what: str = "this check") -> str | None:
+    """The feedback for a compiler setting already away from its default when a check starts
+    (``settings_flipped``), or None: such a switch changes every model in the process, and what the
+    check measures too."""
+    flipped = settings_flipped()
+    if not flipped:
+        return None
+    more = f" (and {len(flipped) - 1} more)" if len(flipped) > 1 else ""
+    return (f"a global setting was changed before {what} ran ({flipped[0]}{more}): it changes every model in the "
+            "process; put it back (or restart the kernel), and put the fix on the tensor or in the torch.compile call")
+
+
+def refuse_flipped(what: str = "this check") -> None:
+    """Raise ``AnswerRefused`` with ``flipped_feedback`` if a setting was flipped before the check."""
+    said = flipped_feedback(what)
+    if said:
+        raise AnswerRefused(said)
 
 
 # -- call ----------------------------------------------------------------------------------------

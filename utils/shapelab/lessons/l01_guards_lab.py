@@ -28,7 +28,7 @@ from torch._dynamo.testing import CompileCounter
 from ..instruments.display import fmt_shape
 from ..instruments.isolation import isolated
 from ..instruments.observe import ExperimentError, short_reason
-from ..labkit.answers import AnswerRefused, answering, call_answer, counting_compiles
+from ..labkit.answers import AnswerRefused, answering, call_answer, counting_compiles, flipped_feedback
 from ..labkit.checks import unanswered
 
 POLICIES = ("dynamic=None", "dynamic=True", "dynamic=False", "mark_dynamic(x, 0)")
@@ -111,6 +111,8 @@ def check_expected_graphs(expected_graphs: Callable, seed: int = 0) -> tuple[boo
     runs with compiling refused and global settings watched."""
     if unanswered(expected_graphs) or not callable(expected_graphs):
         return False, "expected_graphs is not a function yet"
+    if flipped := flipped_feedback():
+        return False, flipped
     streams = hidden_streams(random.Random(seed))
     truth = [(stream, policy, measure_graphs(stream, policy)) for stream in streams for policy in POLICIES]
     try:
@@ -145,6 +147,8 @@ def check_annotate(annotate: Callable, batch_range: Sequence[int] = range(2, 65)
     feature count of its own; the annotation runs inspected, with global settings watched."""
     from ..instruments.observe import Observer
 
+    if flipped := flipped_feedback():
+        return False, flipped
     rng = random.Random(seed)
     low, high = BATCH_DOMAIN
     middle = sorted(set(batch_range) - {low, high})
@@ -240,6 +244,8 @@ def check_guard_fix(failed_guard, serve_project, served) -> tuple[bool, str]:
     global setting changed."""
     if unanswered(failed_guard) or not isinstance(failed_guard, str) or not failed_guard.strip():
         return False, "failed_guard is empty: copy the guard from the failures printed above"
+    if flipped := flipped_feedback():
+        return False, flipped
     guards = [f for e in served.compiles for f in e.failures]
     if not any(_same_guard(failed_guard, g) for g in guards):
         return False, (f"{failed_guard!r} is not, as a whole expression, one of the guards that failed: copy the "
@@ -316,6 +322,8 @@ def check_runs_without_compiling(runs_without_compiling: Callable, warmup=((4, 1
     """Exercise 4: the learner's reading of the guards, against every batch 0..64 with 16 and other feature counts."""
     if unanswered(runs_without_compiling) or not callable(runs_without_compiling):
         return False, "runs_without_compiling is not a function yet"
+    if flipped := flipped_feedback():
+        return False, flipped
     truth = _served_truth(tuple(map(tuple, warmup)))
     try:
         with isolated(), answering(runs_without_compiling):
@@ -349,10 +357,13 @@ LOADER_DOMAIN = (2, 64)  # exercise 5's promise: the loader's batches have 2 to 
 
 
 def check_loader_mark(loader_mark: Callable, seed: int = 0) -> tuple[bool, str]:
-    """Exercise 5: a positional model must compile; a free model must get one graph with a symbolic
-    batch over the loader's domain, edges first (the positional model's 16, then both bounds)."""
+    """Exercise 5: a positional model must compile, and so must a model that branches on the batch
+    size; a free model must get one graph with a symbolic batch over the loader's domain, edges first
+    (the positional model's 16, then both bounds)."""
     if unanswered(loader_mark) or not callable(loader_mark):
         return False, "loader_mark is not a function yet"
+    if flipped := flipped_feedback():
+        return False, flipped
     rng = random.Random(seed)
     features = rng.choice([6, 8, 10])
     table = torch.randn(16, features)
@@ -362,6 +373,9 @@ def check_loader_mark(loader_mark: Callable, seed: int = 0) -> tuple[bool, str]:
 
     def free(x):
         return x.softmax(-1) * 2
+
+    def branching(x):
+        return x.tanh() if x.shape[0] < 32 else x.clamp(-1, 1)
 
     def marked(shape):
         x = torch.randn(shape)
@@ -379,6 +393,17 @@ def check_loader_mark(loader_mark: Callable, seed: int = 0) -> tuple[bool, str]:
                 said = next((ln for ln in lines if "You marked" in ln), lines[0]).strip(" -").split(". If you")[0]
                 return False, (f"the model with a 16-row position table does not compile with your mark: "
                                f"{type(e).__name__}: {said[:200]}")
+            # a model that picks a path by the batch size guards on it: a mark must let it compile whole too
+            compiled = torch.compile(branching, backend="eager", fullgraph=True)
+            for b in (16, LOADER_DOMAIN[0], LOADER_DOMAIN[1]):
+                try:
+                    compiled(marked((b, features)))
+                except AnswerRefused:
+                    raise
+                except Exception as e:
+                    said = (str(e).strip().splitlines() or [""])[0][:160]
+                    return False, (f"a model that branches on the batch size fails with your mark at batch {b}: "
+                                   f"{type(e).__name__}: {said}. Which mark forbids every guard on the size?")
         seen: list = []
 
         def counting(gm, example_inputs):

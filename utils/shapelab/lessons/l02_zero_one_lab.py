@@ -29,7 +29,7 @@ from ..instruments.inputs import make_tensor, validate_shape
 from ..instruments.isolation import isolated
 from ..instruments.observe import observe, short_reason
 from ..instruments.timing import Timing
-from ..labkit.answers import AnswerRefused, call_answer, watch_settings
+from ..labkit.answers import AnswerRefused, call_answer, flipped_feedback, watch_settings
 from ..labkit.checks import unanswered
 
 
@@ -105,6 +105,8 @@ def check_prediction(predicted, shapes: Sequence[tuple], fn: Callable) -> tuple[
     """
     if not_answered(predicted):
         return False, "`compiling_calls` is still empty: list the numbers of the calls you think compile"
+    if flipped := flipped_feedback():
+        return False, flipped
     try:
         guess = [int(i) for i in predicted]
     except (TypeError, ValueError):
@@ -186,6 +188,8 @@ def check_benchmark(benchmark_batch1, *, backend: str = "aot_eager", seed: int =
     """
     if unanswered(benchmark_batch1) or not callable(benchmark_batch1):
         return False, "`benchmark_batch1` is still None: write the function that times batch 1"
+    if flipped := flipped_feedback():
+        return False, flipped
     model, width, warm_batch = _hidden_service(seed)
     with isolated(), torch.no_grad():
         torch.set_num_threads(1)
@@ -255,10 +259,14 @@ class _GraphUse:
         self.runs: list[int] = []
         self.batch: list[int] = []
         self.unused: list[int] = []
+        self.shapes: list[list[tuple]] = []  # per graph: its tensor inputs' shapes, a str per symbol
 
     def __call__(self, gm, example_inputs):
+        from ..instruments.observe import _graph_shapes
+
         i = len(self.runs)
         self.runs.append(0)
+        self.shapes.append(_graph_shapes(gm))
 
         def run(*args):
             self.runs[i] += 1
@@ -351,6 +359,8 @@ def check_warmup(warmup_for, model: torch.nn.Module | None = None, *, width: int
     """
     if unanswered(warmup_for) or not callable(warmup_for):
         return False, "`warmup_for` is still None: write the function that chooses the warm-up for a stream"
+    if flipped := flipped_feedback():
+        return False, flipped
     if not stream:
         raise ValueError("the stream to serve is empty")
     for label, s in hidden_streams(stream):
@@ -409,6 +419,8 @@ def check_one_graph(mark_inputs, fn: Callable = gate) -> tuple[bool, str]:
     compiled graph run by every call, and every result equal to eager."""
     if unanswered(mark_inputs) or not callable(mark_inputs):
         return False, "`mark_inputs` is still None: write the function that marks x, w and bias before a call"
+    if flipped := flipped_feedback():
+        return False, flipped
     for batches, features, seed in HIDDEN_GATE_CASES:
         use = _GraphUse()
         with isolated():
@@ -434,6 +446,9 @@ def check_one_graph(mark_inputs, fn: Callable = gate) -> tuple[bool, str]:
         if not use.runs or runs < len(batches):
             return False, ("not every call ran a compiled graph: your marks turned compilation off for some calls "
                            "instead of giving Dynamo a symbol that covers 0 and 1")
+        if any(isinstance(d, str) for shapes in use.shapes for shape in shapes for d in shape[1:]):
+            return False, (f"with {features} feature(s), the graph has a symbol in a dimension other than the batch: "
+                           "the features are fixed within a run; mark only what must vary")
         if len(use.runs) > 1:
             if any(b >= 2 for b in use.batch[1:]):
                 hint = "a new batch of 2 or more still recompiled: is every input's batch dimension marked?"

@@ -22,7 +22,7 @@ from ..instruments.observe import ExperimentError, Observer, Record
 from ..instruments.serving import replay
 from ..instruments.timing import cpu_threads, fmt_seconds
 from ..instruments.traffic import request_lengths
-from ..labkit.answers import AnswerRefused, answering, call_answer, inspect_answer, refuse_if
+from ..labkit.answers import AnswerRefused, answering, call_answer, flipped_feedback, inspect_answer, refuse_if
 from ..labkit.checks import unanswered
 from ..instruments.logs import quiet_dynamo_stderr
 from .l03_limit import FIXES, fix_policy, make_model
@@ -174,6 +174,8 @@ def check_diagnosis(diagnose, *, seed: int = 0, requests: int = 20) -> tuple[boo
         return False, "write diagnose(record) -> (fell_back, cause) first"
     if not callable(diagnose):
         return False, f"diagnose must be a function of one record, got {type(diagnose).__name__}"
+    if flipped := flipped_feedback():
+        return False, flipped
     for kind, cause, rec in _hidden_records(seed, requests):
         try:
             answer = call_answer(diagnose, copy.deepcopy(rec))
@@ -246,6 +248,8 @@ def check_count(count_fallbacks, *, seed: int = 0) -> tuple[bool, str]:
         return False, "write count_fallbacks(warm, lengths, limit) first"
     if not callable(count_fallbacks):
         return False, f"count_fallbacks must be a function, got {type(count_fallbacks).__name__}"
+    if flipped := flipped_feedback():
+        return False, flipped
     cases = _count_cases(seed)
     truth = [_measured_fallbacks(tuple(w), tuple(ls), k) for _, w, ls, k in cases]  # measured before the answer runs
     try:
@@ -278,7 +282,7 @@ def _graphs() -> int:
 
 def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int = 1, max_compiles: int = 6,
               slowdown: float = 2.0) -> tuple[bool, str]:
-    """Exercise check: serve a fresh traffic sample, and requests at the edges of its domain, through
+    """Exercise check: serve a fresh traffic sample, and requests over the whole domain, edges first, through
     ``adapter`` and demand no global setting changed, no fall-back, every request on a compiled graph,
     at most ``max_compiles`` graphs, the right answers, and a median latency no worse than
     ``slowdown`` times the unfixed service's."""
@@ -286,13 +290,15 @@ def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int
         return False, "write adapter(request) -> (x, temperature) first"
     if not callable(adapter):
         return False, f"adapter must be a function of one request, got {type(adapter).__name__}"
+    if flipped := flipped_feedback():
+        return False, flipped
     handed = (service.default_args, service.tensor)  # the service's own helpers, which the exercise hands out
     try:
         refuse_if(inspect_answer(adapter, allow=handed))
     except AnswerRefused as e:
         return False, str(e)
-    traffic = service.traffic(requests, seed=seed)
-    traffic += _edges(traffic, service)
+    sample = service.traffic(requests, seed=seed)
+    traffic = sample + _domain(sample, service)
 
     def judged(request):  # each call inspected and watched: the replay's own isolation would hide a changed setting
         return call_answer(adapter, request, allow=handed, what="your adapter")
@@ -324,8 +330,8 @@ def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int
                        "model compiled, not switch compiling off")
     if fixed.count > max_compiles:
         return False, f"no fall-back, but {fixed.count} graphs compiled; the goal is at most {max_compiles}"
-    before = _unfixed_replay(service, tuple(traffic))
-    ours, theirs = _steady_median(fixed), _steady_median(before)
+    before = _unfixed_replay(service, tuple(sample))
+    ours, theirs = _steady_median(fixed, len(sample)), _steady_median(before)
     if ours > slowdown * theirs + 2e-3:
         return False, (f"no fall-back and {fixed.count} compile(s), but requests got slower: {fmt_seconds(ours)} "
                        f"against {fmt_seconds(theirs)} before (pad less?)")
@@ -338,19 +344,26 @@ def _unfixed_replay(service: MysteryService, traffic: tuple) -> Record:
     return service.replay(traffic)
 
 
-def _edges(traffic: Sequence[Request], service: MysteryService) -> list[Request]:
-    """Requests at the edges of the domain of whichever field varies in ``traffic`` (read from the
-    traffic, not from the service's hidden cause): the smallest and the largest length or batch, or
-    the lowest and highest temperature the service takes (0.5 and 1.5)."""
+def _domain(traffic: Sequence[Request], service: MysteryService) -> list[Request]:
+    """Requests over the whole domain of whichever field varies in ``traffic`` (read from the traffic,
+    not from the service's hidden cause), edges first: every length from 1 to ``service.max_len``, every
+    batch from 1 to ``service.max_batch``, or temperatures from 0.5 to 1.5 in steps of 0.05. A fix
+    must hold for every request the service can get, not only for the sizes a sample happened to draw."""
     base = traffic[0]
     varies = [f for f in ("length", "batch", "temperature") if len({getattr(r, f) for r in traffic}) > 1]
-    edges = {"length": (1, service.max_len), "batch": (1, service.max_batch), "temperature": (0.5, 1.5)}
-    return [Request(**{**vars(base), f: v}) for f in varies for v in edges[f]]
+    sweep = {"length": list(range(1, service.max_len + 1)), "batch": list(range(1, service.max_batch + 1)),
+             "temperature": [round(0.5 + 0.05 * i, 2) for i in range(21)]}
+    out = []
+    for f in varies:
+        values = sweep[f]
+        for v in [values[0], values[-1]] + values[1:-1]:
+            out.append(Request(**{**vars(base), f: v}))
+    return out
 
 
-def _steady_median(record: Record) -> float:
-    """Median seconds of the calls that compiled nothing (0 when every call compiled)."""
-    steady = [c.seconds for c in record.calls if not c.new_compiles]
+def _steady_median(record: Record, calls: int | None = None) -> float:
+    """Median seconds of the (first ``calls``) calls that compiled nothing (0 when every call compiled)."""
+    steady = [c.seconds for c in record.calls[:calls] if not c.new_compiles]
     return statistics.median(steady) if steady else 0.0
 
 
@@ -433,6 +446,8 @@ def check_strict_runner(run_strictly, *, seed: int = 0) -> tuple[bool, str]:
         return False, "write run_strictly(fn, inputs) first"
     if not callable(run_strictly):
         return False, f"run_strictly must be a function, got {type(run_strictly).__name__}"
+    if flipped := flipped_feedback():
+        return False, flipped
     try:
         refuse_if(inspect_answer(run_strictly))
     except AnswerRefused as e:
@@ -561,6 +576,8 @@ def check_choices(choices) -> tuple[bool, str]:
     The fix must then meet the pattern's goals on a fresh sample of its traffic too."""
     if unanswered(choices):
         return False, "set choices = {'A': (fix, graphs), 'B': ..., 'C': ...}"
+    if flipped := flipped_feedback():
+        return False, flipped
     if not isinstance(choices, dict):
         return False, f"choices should be a dict like {{'A': ('bucket128', 4), ...}}, got {type(choices).__name__}"
     missing = [p for p in PATTERNS if unanswered(choices.get(p))]

@@ -22,7 +22,7 @@ from ..instruments import compat
 from ..instruments.isolation import isolated
 from ..instruments.observe import short_reason
 from ..labkit.answers import inspect_answer, watch_settings
-from .l04_buckets_lab import settings_off_default  # to move to labkit.answers (reported for the merge)
+from .l04_buckets_lab import one_thread, settings_off_default  # to move to labkit.answers (reported for the merge)
 from .l06_wild import Tracker
 
 # What a learner may name as a cause in exercise 1 (the labels, not the answer).
@@ -204,6 +204,7 @@ def check_causes(named, where: str = "training loop", digests: frozenset = _TRAI
 
 # --- exercise 2: the training loop ---------------------------------------------------------------------
 
+@one_thread
 def check_training(train_fixed: Callable, train_original: Callable, features: int, variants=TRAIN_VARIANTS) -> tuple[bool, str]:
     """Judge the learner's training loop: one static graph, every step compiled, the original's losses and model.
 
@@ -253,6 +254,7 @@ def check_training(train_fixed: Callable, train_original: Callable, features: in
 
 # --- exercise 3: the serving loop ----------------------------------------------------------------------
 
+@one_thread
 def check_serving(serve_fixed: Callable, serve_original: Callable, w_out: torch.Tensor, heads: int, dim: int,
                   variants=SERVE_VARIANTS) -> tuple[bool, str]:
     """Judge the learner's decode loop: one static graph for every token of every request, the original's outputs.
@@ -314,6 +316,7 @@ def production_requests(warm, rare, seed: int) -> list[tuple[str, torch.Tensor, 
     return out
 
 
+@one_thread
 def check_production_call(call_in_production: Callable, warm=(6, 12), rare=(1, 32, 3), seed: int = 5) -> tuple[bool, str]:
     """``call_in_production(compiled, x)`` must serve warm shapes compiled, every other request (other sizes,
     dtypes, layouts) eagerly and right, never compile, raise, or change a global setting."""

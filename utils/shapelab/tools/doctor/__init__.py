@@ -12,25 +12,19 @@ against the prediction (a miss is reported with what remains), per-call time, ou
 
 ``diagnose_trace(dir)`` gives the same diagnosis from a ``TORCH_TRACE`` directory recorded elsewhere.
 From the shell: ``python -m shapelab.tools.doctor --help``.
+
+Modules: ``calls`` (the calls and the user's names for them), ``evidence`` (what torch did, live or
+from a trace), ``classify`` (the causes), ``prescribe`` (the change, as code), ``replays`` (compiled
+replays and their outputs), ``proof`` (the prediction and the replay that proves it), ``core``
+(``diagnose`` and ``Diagnosis``), ``report`` (Markdown, HTML, plot), ``bench`` (the widget),
+``__main__`` (the shell).
 """
+from .calls import Call
 from .classify import KINDS, Cause, causes, classify_reason, diagnosis_key
-from .core import Call, Diagnosis, Run, diagnose, replay
+from .core import Diagnosis, diagnose, diagnose_trace
 from .evidence import DoctorError, Evidence, from_trace, tlparse_summary
 from .prescribe import Plan, Prescription
-
-
-def diagnose_trace(directory, name: str | None = None) -> Diagnosis:
-    """The diagnosis (causes and prescriptions, no proof) of a ``TORCH_TRACE`` directory."""
-    from .prescribe import for_cause
-
-    ev = from_trace(directory)
-    cs = causes(ev)
-    rx = [for_cause(c, c.input, unbacked=c.kind == "zero_one", is_module=False, scalar_arg=False) for c in cs]
-    for p in rx:
-        p.applied = False
-        p.note = p.note or "read from a trace: nothing to replay"
-    return Diagnosis(name or str(directory), ev, cs, rx)
-
+from .replays import Run, replay
 
 __all__ = ["KINDS", "Call", "Cause", "Diagnosis", "DoctorError", "Evidence", "Plan", "Prescription", "Run",
            "causes", "classify_reason", "diagnose", "diagnose_trace", "diagnosis_key", "from_trace", "replay",

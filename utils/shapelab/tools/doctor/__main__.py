@@ -147,7 +147,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _run(args) -> int:
-
+    """The doctor for parsed arguments: a report on stdout or in --out; the exit status."""
     try:
         if args.budget is not None and args.budget < 1:
             raise DoctorError("--budget must be a positive number of graphs")
@@ -172,9 +172,8 @@ def _run(args) -> int:
             if args.replay_only:
                 import torch
 
-                from .core import as_calls
-
                 from ...instruments.compat import recompile_failures
+                from .calls import as_calls
 
                 compiled = torch.compile(model, backend=args.backend, dynamic=dynamic)
                 with recompile_failures(_trace_every):  # every failed guard, into the trace
@@ -194,7 +193,7 @@ def _run(args) -> int:
     except DoctorInternalError as e:
         print(f"doctor: {e}", file=sys.stderr)
         return 1
-    if getattr(d.evidence, "unreadable", 0):
+    if d.evidence.unreadable:
         print(f"doctor: warning: {d.evidence.unreadable} trace record(s) could not be read (truncated or damaged "
               "trace): the counts are a lower bound", file=sys.stderr)
     report = {"md": markdown, "text": text,

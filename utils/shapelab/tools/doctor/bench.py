@@ -6,8 +6,6 @@ returns ``n`` calls whose varying size ranges over about ``spread`` values.
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
 from .core import diagnose

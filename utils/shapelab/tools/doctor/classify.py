@@ -27,6 +27,7 @@ KINDS = {
     "other": "a guard the doctor does not recognise",
 }
 
+_ZERO_ONE = re.compile(r"^2 <= (?P<name>[A-Za-z_][\w\.\[\]']*?)\.size\(\)\[(?P<dim>\d+)\]$")
 _SIZE = re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<dim>-?\d+)\. expected (?P<exp>\d+), actual (?P<act>\d+)")
 _STRIDE = re.compile(r"tensor '(?P<name>.+?)' stride mismatch at index (?P<dim>-?\d+)")
 _TENSOR_PROP = re.compile(r"tensor '(?P<name>.+?)' (?P<what>dtype|device|requires_grad|dispatch key set) mismatch")
@@ -38,6 +39,9 @@ _CALL_SIGNATURE = re.compile(r"^len\((args|kwargs)\) ==|^not (args|kwargs)\b|___
                              r"^(kwargs|args) is|\bkwargs\.keys\(\)|^set\(kwargs")
 _DATA_DEPENDENT = ("dynamic shape operator", "item()", "data-dependent", "data dependent", "nonzero",
                    "capture_scalar_outputs", "unbacked")
+# where one guard ends and the next begins in "g1; g2" (torch's comments after "  #" may hold "; " too)
+_NEXT_GUARD = re.compile(r"(?:  #.*?)?; (?=tensor '|\(|[\w.\[\]'()]+ (?:==|!=|<=|>=|<|>|is) |\d+ <|Eq\(|Ne\(|GLOBAL_STATE|Duplicate|___)",
+                         re.S)
 
 
 @dataclass(frozen=True)
@@ -50,9 +54,14 @@ class Reading:
     detail: str = ""
 
 
+def _without_id(reason: str) -> str:
+    """A recompile reason without torch's ``0/1: `` compile id in front."""
+    return re.sub(r"^\d+/\d+: ", "", reason.strip())
+
+
 def guard_text(reason: str) -> str:
     """The guard as torch printed it, without the ``0/1:`` id, the source comment and the user stack."""
-    text = re.sub(r"^\d+/\d+: ", "", reason.strip())
+    text = _without_id(reason)
     text = text.split("\nUser stack trace")[0]
     return text.split("  #")[0].strip()
 
@@ -65,19 +74,11 @@ def _where_in_code(reason: str) -> str:
     return ""
 
 
-_ZERO_ONE = re.compile(r"^2 <= (?P<name>[A-Za-z_][\w\.\[\]']*?)\.size\(\)\[(?P<dim>\d+)\]$")
-
-
 def readings(reason: str) -> list[Reading]:
     """Every guard in one recompile's cause (``"0/1: g1; g2"``), each read."""
-    body = re.sub(r"^\d+/\d+: ", "", reason.strip()).split("\nUser stack trace")[0]
+    body = _without_id(reason).split("\nUser stack trace")[0]
     parts = [p for p in _NEXT_GUARD.split(body) if p.strip()] or [body]
     return [classify_reason(p) for p in parts]
-
-
-# where one guard ends and the next begins in "g1; g2" (torch's comments after "  #" may hold "; " too)
-_NEXT_GUARD = re.compile(r"(?:  #.*?)?; (?=tensor '|\(|[\w.\[\]'()]+ (?:==|!=|<=|>=|<|>|is) |\d+ <|Eq\(|Ne\(|GLOBAL_STATE|Duplicate|___)",
-                         re.S)
 
 
 def classify_reason(reason: str) -> Reading:
@@ -213,7 +214,7 @@ def causes(ev: Evidence) -> list[Cause]:
 
 def _one_guard(cause: str, r: Reading) -> str:
     """The part of a cause's text that is this reading's guard (a cause may list several)."""
-    for part in re.sub(r"^\d+/\d+: ", "", cause.strip()).split("; "):
+    for part in _without_id(cause).split("; "):
         if classify_reason(part) == r:
             return guard_text(part)
     return guard_text(cause)

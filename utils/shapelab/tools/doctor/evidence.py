@@ -10,7 +10,6 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
 
 
 class DoctorError(ValueError):
@@ -98,9 +97,7 @@ def _headlines(breaks: dict[str, int]) -> dict[str, int]:
 
 # --- TORCH_TRACE ----------------------------------------------------------------------------------
 
-_HEAD = re.compile(r"^[VIWE]\d{4} [\d:.]+ +\d+ [^\]]+\] (\{.*\})\s*$")
-
-
+_HEAD = re.compile(r"^[VIWE]\d{4} [\d:.]+ +\d+ [^\]]+\] (\{.*\})\s*$")  # a record's header, its JSON envelope
 _RECORD = re.compile(r"^[VIWE]\d{4} ")
 
 
@@ -221,9 +218,9 @@ def from_trace(directory: str | os.PathLike) -> Evidence:
             if "dynamo_start" in env:
                 started.add(_cid(env))
             if "compilation_metrics" in env:
-                finished.add(str(env["compilation_metrics"].get("compile_id")))
                 m = env["compilation_metrics"]
                 cid = str(m.get("compile_id"))
+                finished.add(cid)
                 reason = m.get("fail_reason") or ""
                 if "recompile limit" in reason.lower() or "cache_size_limit" in reason:
                     limit_lines.append(f"{m.get('co_name')}: {reason.splitlines()[0]}"
@@ -272,7 +269,6 @@ def tlparse_summary(directory: str | os.PathLike, out: str | os.PathLike) -> Pat
     """Run the installed ``tlparse`` on the trace (HTML report in ``out``); None if it is not installed."""
     import shutil
     import subprocess
-
     import sys
 
     local = Path(sys.executable).parent / "tlparse"  # installed in the same environment as this Python
@@ -284,20 +280,3 @@ def tlparse_summary(directory: str | os.PathLike, out: str | os.PathLike) -> Pat
                    capture_output=True, text=True, timeout=120, check=False)
     index = Path(out) / "index.html"
     return index if index.exists() else None
-
-
-def signature(args: Sequence[Any]) -> str:
-    """A short text for one call's arguments (shapes for tensors, values for the rest)."""
-    import torch
-
-    from ...instruments.display import fmt_shape
-
-    parts = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            parts.append(fmt_shape(tuple(a.shape)))
-        elif isinstance(a, (int, float, bool, str)):
-            parts.append(repr(a))
-        else:
-            parts.append(type(a).__name__)
-    return ", ".join(parts)

@@ -169,3 +169,18 @@ def for_cause(c: Cause, var: str | None, *, unbacked: bool, is_module: bool, sca
         return Prescription(c.kind, "the limit", "# fix the causes above rather than raise the limit\n"
                             + limit_code(16) + "\n" + stance_code(), False, "a stance is for after warm-up")
     return Prescription(c.kind, c.where, "# read the guard: it names what changed", False, "not recognised")
+
+
+def show_as_run(cs: list[Cause], rx: list[Prescription], plan: Plan) -> None:
+    """Each applied prescription shows the lines of the plan that serve its cause (what the proof ran)."""
+    for c, p in zip(cs, rx):
+        if not p.applied:
+            continue
+        if c.kind in ("dimension", "zero_one", "size_branch"):
+            lines = [mark_code(n, d, k) for n, d, k in plan.marks if (n, d) == (c.shown, c.dim)]
+        elif c.kind in ("stride", "python_value") and not plan.config.get("allow_unspec_int_on_nn_module"):
+            lines = [line for line in plan.prep if line.startswith(f"{c.shown} = ")]
+        else:
+            lines = [f"torch._dynamo.config.{k} = {v!r}" for k, v in plan.config.items()]
+        if lines:
+            p.code = "\n".join(lines)
