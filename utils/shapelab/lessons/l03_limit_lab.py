@@ -22,7 +22,8 @@ from ..instruments.observe import ExperimentError, Observer, Record
 from ..instruments.serving import replay
 from ..instruments.timing import cpu_threads, fmt_seconds
 from ..instruments.traffic import request_lengths
-from ..labkit.answers import AnswerRefused, answering, call_answer, flipped_feedback, inspect_answer, refuse_if
+from ..labkit.answers import (AnswerRefused, _frames_compiled, answering, call_answer, flipped_feedback, inspect_answer,
+                              no_compiling, refuse_if, watch_settings)
 from ..labkit.checks import unanswered
 from ..instruments.logs import quiet_dynamo_stderr
 from .l03_limit import FIXES, fix_policy, make_model
@@ -104,9 +105,13 @@ class MysteryService:
         return self.tensor(request), request.temperature
 
     def reference(self, request: Request) -> torch.Tensor:
-        """The right answer for a request: the model in plain eager PyTorch."""
-        with torch.no_grad():
-            return self.model(self.tensor(request), request.temperature)
+        """The right answer for a request: the model in plain eager PyTorch (computed once per request:
+        checks compare many adapters on the same requests)."""
+        cache = self.__dict__.setdefault("_references", {})
+        if request not in cache:
+            with torch.no_grad():
+                cache[request] = self.model(self.tensor(request), request.temperature)
+        return cache[request]
 
     def replay(self, requests: Sequence[Request], adapter: Callable | None = None, *,
                keep_outputs: bool = False) -> Record:
@@ -300,8 +305,16 @@ def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int
     sample = service.traffic(requests, seed=seed)
     traffic = sample + _domain(sample, service)
 
-    def judged(request):  # each call inspected and watched: the replay's own isolation would hide a changed setting
-        return call_answer(adapter, request, allow=handed, what="your adapter")
+    def judged(request):  # each call watched: the replay's own isolation would hide a changed setting
+        frames = _frames_compiled()
+        with watch_settings() as changed, no_compiling("your adapter"):
+            args = adapter(request)
+        if changed:
+            raise AnswerRefused(f"your adapter changed a global setting ({'; '.join(changed)}): that changes every "
+                                "model in the process; put the fix on the tensor or in the torch.compile call")
+        if _frames_compiled() != frames:
+            raise AnswerRefused("your adapter compiled a function: answer from what you know, do not measure")
+        return args
 
     try:
         fixed = service.replay(traffic, judged, keep_outputs=True)
@@ -346,12 +359,15 @@ def _unfixed_replay(service: MysteryService, traffic: tuple) -> Record:
 
 def _domain(traffic: Sequence[Request], service: MysteryService) -> list[Request]:
     """Requests over the whole domain of whichever field varies in ``traffic`` (read from the traffic,
-    not from the service's hidden cause), edges first: every length from 1 to ``service.max_len``, every
-    batch from 1 to ``service.max_batch``, or temperatures from 0.5 to 1.5 in steps of 0.05. A fix
-    must hold for every request the service can get, not only for the sizes a sample happened to draw."""
+    not from the service's hidden cause), edges first: the smallest and the largest value, then every
+    length up to 8 and each multiple of 8 with the length after it (so every bucket of 8 or more
+    lengths, and every power of two, gets a request), every batch, or temperatures from 0.5 to 1.5 in
+    steps of 0.05. A fix must hold for every request the service can get, not for one sample's sizes."""
     base = traffic[0]
     varies = [f for f in ("length", "batch", "temperature") if len({getattr(r, f) for r in traffic}) > 1]
-    sweep = {"length": list(range(1, service.max_len + 1)), "batch": list(range(1, service.max_batch + 1)),
+    lengths = sorted({*range(1, 9), *(n for m in range(8, service.max_len + 1, 8) for n in (m, m + 1))}
+                     & set(range(1, service.max_len + 1)))
+    sweep = {"length": lengths, "batch": list(range(1, service.max_batch + 1)),
              "temperature": [round(0.5 + 0.05 * i, 2) for i in range(21)]}
     out = []
     for f in varies:
