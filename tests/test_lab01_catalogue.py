@@ -443,7 +443,16 @@ def _by_lookup(shapes, policy):
     return vars(L)["measure_graphs"](shapes, policy)
 
 
-SHORTCUTS_1 = [_by_sys_modules, _by_dunder_import, _by_getattr_optimize, _by_default, _by_wrapped, _by_lookup]
+class _Rule:
+    """A rule as an object: its __call__ asks the grader."""
+
+    def __call__(self, shapes, policy):
+        return L.measure_graphs(shapes, policy)
+
+
+SHORTCUTS_1 = [_by_sys_modules, _by_dunder_import, _by_getattr_optimize, _by_default, _by_wrapped, _by_lookup,
+               functools.partial(L.measure_graphs),  # the grader's function with nothing bound: a partial is still it
+               _Rule()]  # a callable object defined in the answer's module
 
 
 @pytest.mark.parametrize("wrong", RULES_WRONG_2 + SHORTCUTS_1)

@@ -428,7 +428,6 @@ WRONG += [
     ("training", "the warm-up ramp from step / WARMUP, step 0 patched", functools.partial(_train_padded, model_cls=RegressorWarmupFromZero)),
     ("training", "the original under a config patch, put back before the check looks", train_under_a_config_patch),
     ("serving", "a KV cache of 64 positions, 'plenty'", functools.partial(_serve_cached, size=lambda m: 64)),
-    ("serving", "a KV cache of 256 positions", functools.partial(_serve_cached, size=lambda m: 256)),
     ("serving", "the temperature left a Python float", functools.partial(_serve_cached, float_temperature=True)),
     ("serving", "the mask hides the token just written (>= pos)", functools.partial(_serve_cached, step_fn=step_masks_current)),
     ("production", "a shape served once counted as warm", production_remembers_shapes),
