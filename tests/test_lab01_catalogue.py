@@ -486,19 +486,13 @@ def _top_unmarked(x):
     return x
 
 
-def _soft_features(x):
-    # the soft mark on the features, "dimension 1 is the one the lab varies"
-    torch._dynamo.maybe_mark_dynamic(x, 1)
-    return x
-
-
 def _zero_to_63(x):
     # a range from 0, "to be safe", that stops one short of the top
     torch._dynamo.mark_dynamic(x, 0, min=0, max=63)
     return x
 
 
-ANNOTATE_WRONG_2 = [_static, _detached, _top_unmarked, _soft_features, _zero_to_63]
+ANNOTATE_WRONG_2 = [_static, _detached, _top_unmarked, _zero_to_63]
 
 
 @pytest.mark.parametrize("wrong", ANNOTATE_WRONG_2, ids=lambda f: f.__name__)

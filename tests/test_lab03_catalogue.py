@@ -482,10 +482,10 @@ def test_exercise_4_accepts_new_correct_runners(right):
 
 
 @pytest.mark.parametrize("picks", [
-    {"A": "bucket128", "B": "raise_limit", "C": "raise_limit"},   # C's thousands of lengths thought to fit a raised limit
+    {"A": "bucket128", "B": "raise_limit", "C": "none"},          # C left as deployed: "a static compile is fastest"
     {"A": "mark_dynamic", "B": "raise_limit", "C": "mark_dynamic"},  # A's symbol: its kernels are not static
     {"A": "bucket128", "B": "raise_limit", "C": "bucket128"},     # C padded, and padding is not allowed there
-], ids=["C raise", "A mark", "C bucket"])
+], ids=["C none", "A mark", "C bucket"])
 def test_exercise_5_rejects_new_misconceptions(picks):
     ok, msg = LAB.check_choices(_choices(picks))
     assert not ok, msg
@@ -505,4 +505,22 @@ def test_exercise_5_accepts_counts_read_from_the_record():
         p = LAB.PATTERNS[name]
         choices[name] = (fix, len(LAB.serve_pattern(p.lengths, fix, p.max_len).record.compiles))
     ok, msg = LAB.check_choices(choices)
+    assert ok, msg
+
+
+def test_exercise_3_accepts_a_soft_mark(lengths_service):
+    svc = lengths_service
+
+    def adapter(request):  # correct: a soft mark on the length is honoured under dynamic=False too
+        x, t = svc.default_args(request)
+        torch._dynamo.maybe_mark_dynamic(x, 1)
+        return x, t
+
+    ok, msg = LAB.check_fix(svc, adapter, requests=24)
+    assert ok, msg
+
+
+def test_exercise_5_accepts_the_default_policy_for_c():
+    # correct: automatic dynamic gives C a static graph, then one symbolic graph: two, no padding, no fall-back
+    ok, msg = LAB.check_choices(_choices({"A": "bucket128", "B": "raise_limit", "C": "default"}))
     assert ok, msg

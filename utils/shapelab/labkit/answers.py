@@ -5,6 +5,8 @@
   name modules). A shortcut is the course library (``shapelab``, its graders and their data), a
   module reached by name (``importlib``, ``__import__``, ``sys.modules``), or a compile entry point
   other than ``torch.compile`` (``torch._dynamo.optimize``, a ``torch.compile`` saved earlier).
+- ``flipped_feedback()``: what to say when a compiler setting is already away from torch's default
+  as a check starts (a switch flipped in an earlier cell), or None; ``settings_flipped()`` lists them.
 - ``watch_settings()``: a context manager that lists, in readable lines, every global compiler
   setting the code inside it changed (Dynamo, Inductor and fx configs, the compiler stance, the
   ``TORCH*`` environment variables), and puts each one back.
@@ -33,7 +35,8 @@ from typing import Any, Callable, Iterator
 import torch
 
 __all__ = ["AnswerRefused", "inspect_answer", "watch_settings", "settings_now", "settings_changes",
-           "settings_flipped", "flipped_feedback", "refuse_flipped", "no_compiling", "answering", "call_answer", "refuse_if", "CompileLog", "counting_compiles"]
+           "settings_flipped", "flipped_feedback", "no_compiling", "answering", "call_answer", "refuse_if",
+           "CompileLog", "counting_compiles"]
 
 _REAL_COMPILE = torch.compile  # a reference the answer saved before a check swapped it is this object
 # attribute names of compile entry points other than torch.compile
@@ -292,9 +295,9 @@ def settings_flipped() -> list[str]:
     measures as much as one flipped inside the answer."""
     import importlib
 
-    from ..instruments import compat
-
     from torch.utils import _config_module
+
+    from ..instruments import compat
 
     unset = getattr(_config_module, "_UNSET_SENTINEL", object())
     lines = []
@@ -332,13 +335,6 @@ def flipped_feedback(what: str = "this check") -> str | None:
     more = f" (and {len(flipped) - 1} more)" if len(flipped) > 1 else ""
     return (f"a global setting was changed before {what} ran ({flipped[0]}{more}): it changes every model in the "
             "process; put it back (or restart the kernel), and put the fix on the tensor or in the torch.compile call")
-
-
-def refuse_flipped(what: str = "this check") -> None:
-    """Raise ``AnswerRefused`` with ``flipped_feedback`` if a setting was flipped before the check."""
-    said = flipped_feedback(what)
-    if said:
-        raise AnswerRefused(said)
 
 
 # -- call ----------------------------------------------------------------------------------------

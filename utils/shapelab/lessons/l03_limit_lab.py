@@ -360,12 +360,12 @@ def _unfixed_replay(service: MysteryService, traffic: tuple) -> Record:
 def _domain(traffic: Sequence[Request], service: MysteryService) -> list[Request]:
     """Requests over the whole domain of whichever field varies in ``traffic`` (read from the traffic,
     not from the service's hidden cause), edges first: the smallest and the largest value, then every
-    length up to 8 and each multiple of 8 with the length after it (so every bucket of 8 or more
+    length up to 8 and each multiple of 16 with the length after it (so every bucket of 16 or more
     lengths, and every power of two, gets a request), every batch, or temperatures from 0.5 to 1.5 in
     steps of 0.05. A fix must hold for every request the service can get, not for one sample's sizes."""
     base = traffic[0]
     varies = [f for f in ("length", "batch", "temperature") if len({getattr(r, f) for r in traffic}) > 1]
-    lengths = sorted({*range(1, 9), *(n for m in range(8, service.max_len + 1, 8) for n in (m, m + 1))}
+    lengths = sorted({*range(1, 9), *(n for m in range(16, service.max_len + 1, 16) for n in (m, m + 1))}
                      & set(range(1, service.max_len + 1)))
     sweep = {"length": lengths, "batch": list(range(1, service.max_batch + 1)),
              "temperature": [round(0.5 + 0.05 * i, 2) for i in range(21)]}
