@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from shapelab import bucket_stats, bucketer, request_lengths  # noqa: E402
+from shapelab import bucket_stats, request_lengths  # noqa: E402
 from shapelab.lessons import l04_buckets as B  # noqa: E402
 from shapelab.lessons import l04_buckets_lab as G  # noqa: E402
 from takehome import run_takehome  # noqa: E402

@@ -1,11 +1,9 @@
 """The doctor on models people bring: a zoo built from transformers' configs (random weights, nothing
 downloaded) and small plain-PyTorch traps. Ground truth comes from torch: a CompileCounter per call and the
 pasted prescription's count, both measured in a fresh interpreter where shapelab cannot be imported."""
-import copy
 import json
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch

@@ -1,5 +1,4 @@
 """shapelab.guards (lesson 01's experiments) against what PyTorch 2.13 measurably does."""
-import os
 
 import matplotlib
 

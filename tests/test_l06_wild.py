@@ -2,7 +2,6 @@
 take-home without the course), and lab 06's graders against right and plausible wrong answers."""
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -288,7 +287,6 @@ def test_takehome_cell_runs_without_shapelab():
 import contextlib  # noqa: E402
 import math  # noqa: E402
 
-import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from shapelab.lessons import l06_wild_lab as L  # noqa: E402

@@ -36,7 +36,7 @@ import torch
 
 __all__ = ["AnswerRefused", "inspect_answer", "watch_settings", "settings_now", "settings_changes",
            "settings_flipped", "flipped_feedback", "no_compiling", "answering", "call_answer", "refuse_if",
-           "CompileLog", "counting_compiles"]
+           "CompileLog", "counting_compiles", "course_calls", "one_thread"]
 
 _REAL_COMPILE = torch.compile  # a reference the answer saved before a check swapped it is this object
 # attribute names of compile entry points other than torch.compile
@@ -306,7 +306,7 @@ def settings_flipped() -> list[str]:
         entries = getattr(mod, "_config", {})
         for key, now in mod.get_config_copy().items():
             entry = entries.get(key)
-            if entry is None:
+            if entry is None or getattr(entry, "alias", None) is not None:  # an alias is reported under its target
                 continue
             default = entry.default
             for env in ("env_value_default", "env_value_force"):
@@ -338,6 +338,53 @@ def flipped_feedback(what: str = "this check") -> str | None:
 
 
 # -- call ----------------------------------------------------------------------------------------
+
+_COURSE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the shapelab package's folder
+
+
+class course_calls:
+    """While the learner's code runs (eagerly), the course library's functions it calls, however it reached them
+    (``globals()['S']``, ``vars(...)``, a frame's globals: ways the reading in ``inspect_answer`` cannot follow):
+    ``with course_calls(allow=(obj,)) as called: answer(...)``, then ``called`` lists them. ``allow``: objects the
+    check hands over whose methods the answer may call (a workload). Uses ``sys.setprofile`` (Python calls only;
+    the answer's own code is not slowed). Under ``torch.compile`` the answer is traced, not run: call it eagerly."""
+
+    def __init__(self, allow: tuple = ()):
+        self.allowed = {type(self).__exit__.__code__}
+        for obj in allow:
+            for member in vars(type(obj)).values():
+                if hasattr(member, "__code__"):
+                    self.allowed.update(_codes(member.__code__))
+        self.called: list[str] = []
+
+    def _profile(self, frame, event, arg):
+        if event == "call" and not self.called:
+            code = frame.f_code
+            if code.co_filename.startswith(_COURSE_ROOT) and code not in self.allowed:
+                module = frame.f_globals.get("__name__", "shapelab")
+                self.called.append(f"{module}.{getattr(code, 'co_qualname', code.co_name)}")
+
+    def __enter__(self) -> list[str]:
+        self._saved = sys.getprofile()
+        sys.setprofile(self._profile)
+        return self.called
+
+    def __exit__(self, *exc) -> None:
+        sys.setprofile(self._saved)
+
+
+def one_thread(check: Callable) -> Callable:
+    """Run ``check`` with one CPU thread: the labs' tensors are tiny, and on a shared, loaded machine a second
+    thread waiting for a core makes every small op (a softmax per decode step) cost milliseconds."""
+    from ..instruments.timing import cpu_threads
+
+    @functools.wraps(check)
+    def inner(*args, **kwargs):
+        with cpu_threads(1):
+            return check(*args, **kwargs)
+
+    return inner
+
 
 @contextlib.contextmanager
 def no_compiling(what: str) -> Iterator[None]:

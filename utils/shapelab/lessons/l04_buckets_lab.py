@@ -27,10 +27,8 @@ that calls into the course library while it runs, however it got there (``course
 from __future__ import annotations
 
 import math
-import os
 import random
 import statistics
-import sys
 import time
 from collections import namedtuple
 from typing import Callable, Sequence
@@ -39,103 +37,13 @@ import torch
 
 from ..instruments.bucketing import check_bucket_set, expected_waste, optimal_buckets
 from ..instruments.traffic import request_lengths
-from ..labkit.answers import _CONFIG_MODULES, inspect_answer, settings_now, watch_settings
+from ..labkit.answers import course_calls, inspect_answer, one_thread, settings_flipped, watch_settings
 
 Policy = namedtuple("Policy", "name graphs compile_s per_request_s")
 Policy.__doc__ = "A serving policy as the lab hands it over: graphs, seconds per compile, seconds per request."
 
 
 # --- answers that take a shortcut ----------------------------------------------------------------
-
-def settings_off_default() -> list[str]:
-    """Every global compiler setting (the configs ``labkit.answers`` watches, and the stance) that is not at
-    its default now, as ``name = value`` lines; a default the environment sets (``TORCH*`` variables) counts
-    as the default. ``watch_settings`` sees what changes inside it; this also sees a switch set earlier in
-    the notebook. (Labs 05 and 06 use it too; it belongs in ``labkit.answers``, reported for the merge.)"""
-    import importlib
-
-    from torch.utils._config_module import _UNSET_SENTINEL
-
-    out = []
-    for key, value in settings_now().items():
-        if key == "the compiler stance":
-            if value[0] != "default":
-                out.append(f"the compiler stance = {value[0]!r}")
-            continue
-        module_name = next((m for m in _CONFIG_MODULES if key.startswith(m + ".")), None)
-        entry = importlib.import_module(module_name)._config.get(key[len(module_name) + 1:]) if module_name else None
-        if entry is None or entry.alias is not None:
-            continue
-        default = entry.default
-        for env in (entry.env_value_default, entry.env_value_force):
-            if env is not _UNSET_SENTINEL:
-                default = env
-        try:
-            same = default is _UNSET_SENTINEL or bool(value == default)
-        except Exception:  # values that cannot be compared count as unchanged
-            same = True
-        if not same:
-            out.append(f"{key} = {value!r}")
-    return out
-
-
-_COURSE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the shapelab package's folder
-
-
-def _nested_codes(code):
-    yield code
-    for const in code.co_consts:
-        if hasattr(const, "co_consts"):
-            yield from _nested_codes(const)
-
-
-class course_calls:
-    """While the learner's code runs (eagerly), the course library's functions it calls, however it reached them
-    (``globals()['S']``, ``vars(...)``, a frame's globals: ways the reading in ``inspect_answer`` cannot follow):
-    ``with course_calls(allow=(obj,)) as called: answer(...)``, then ``called`` lists them. ``allow``: objects the
-    check hands over whose methods the answer may call (a workload). Uses ``sys.setprofile`` (Python calls only;
-    the answer's own code is not slowed). (Labs 05 uses it too; it belongs in ``labkit.answers``, reported for the
-    merge.)"""
-
-    def __init__(self, allow: tuple = ()):
-        self.allowed = {type(self).__exit__.__code__}
-        for obj in allow:
-            for member in vars(type(obj)).values():
-                if hasattr(member, "__code__"):
-                    self.allowed.update(_nested_codes(member.__code__))
-        self.called: list[str] = []
-
-    def _profile(self, frame, event, arg):
-        if event == "call" and not self.called:
-            code = frame.f_code
-            if code.co_filename.startswith(_COURSE_ROOT) and code not in self.allowed:
-                module = frame.f_globals.get("__name__", "shapelab")
-                self.called.append(f"{module}.{getattr(code, 'co_qualname', code.co_name)}")
-
-    def __enter__(self) -> list[str]:
-        self._saved = sys.getprofile()
-        sys.setprofile(self._profile)
-        return self.called
-
-    def __exit__(self, *exc) -> None:
-        sys.setprofile(self._saved)
-
-
-def one_thread(check: Callable) -> Callable:
-    """Run ``check`` with one CPU thread: the labs' tensors are tiny, and on a shared, loaded machine a second
-    thread waiting for a core makes every small op (a softmax per decode step) cost milliseconds.
-    (Labs 05 and 06 use it too; it belongs in ``labkit.answers``, reported for the merge.)"""
-    import functools
-
-    from ..instruments.timing import cpu_threads
-
-    @functools.wraps(check)
-    def inner(*args, **kwargs):
-        with cpu_threads(1):
-            return check(*args, **kwargs)
-
-    return inner
-
 
 def _called_message(called: list[str], what: str) -> str:
     return (f"your {what} calls the course library while it runs ({called[0]}): the lab is about writing it "
@@ -326,7 +234,7 @@ def check_masked_mean(fn: Callable, max_len: int = 32, *, features: int = 3, see
 
     if (why := _unanswered(fn) or _shelf(fn, "masked_mean")):
         return False, why
-    if (changed := settings_off_default()):
+    if (changed := settings_flipped()):
         return False, (f"a global compiler setting is changed ({'; '.join(changed)}): that changes every model in "
                        "the process, and the mean needs none; put it back (restart the kernel)")
     rng = random.Random(seed)

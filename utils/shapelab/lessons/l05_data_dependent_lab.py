@@ -33,9 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from ..instruments.observe import ExperimentError
-from ..labkit.answers import inspect_answer, watch_settings
+from ..labkit.answers import course_calls, inspect_answer, one_thread, settings_flipped, watch_settings
 from ..labkit.checks import unanswered
-from .l04_buckets_lab import course_calls, one_thread, settings_off_default  # to move to labkit.answers (reported for the merge)
 from .l05_data_dependent import observe_run, unbacked_ranges
 
 # --- the references, and how the checks notice a learner calling them ---------------------------------
@@ -80,7 +79,7 @@ def _refusal(candidate: Callable, what: str) -> str:
     problems = inspect_answer(candidate)
     if problems:
         return f"{what} takes a shortcut: {problems[0]}; write it yourself, with PyTorch"
-    changed = settings_off_default()
+    changed = settings_flipped()
     return _settings_message(changed) if changed else ""
 
 

@@ -25,12 +25,11 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from ..instruments import compat
 from ..instruments.isolation import isolated
@@ -482,7 +481,7 @@ def run_bench(case: str = "ragged", fix: str = "none", steps: int = 10, backend:
     compiles = f"{tracker.frame_count} compile(s) over {len(rows)} call(s)\ncounts after each call: {counts}"
     compiles += ("\ngraph that ran each call: [" + ", ".join(f"#{r['_graph']}" if r["_graph"] else "eager" for r in rows)
                  + "]")
-    compiles += f"\ngraphs: " + "; ".join(gr.label() for gr in tracker.graphs) if tracker.graphs else "\n(nothing compiled)"
+    compiles += "\ngraphs: " + "; ".join(gr.label() for gr in tracker.graphs) if tracker.graphs else "\n(nothing compiled)"
     if eager_calls:
         compiles += f"\ncalls that ran eagerly: {eager_calls}" + (" (recompile limit hit)" if fallbacks else "")
     if warm:

@@ -21,8 +21,7 @@ import torch
 from ..instruments import compat
 from ..instruments.isolation import isolated
 from ..instruments.observe import short_reason
-from ..labkit.answers import inspect_answer, watch_settings
-from .l04_buckets_lab import one_thread, settings_off_default  # to move to labkit.answers (reported for the merge)
+from ..labkit.answers import inspect_answer, one_thread, settings_flipped, watch_settings
 from .l06_wild import Tracker
 
 # What a learner may name as a cause in exercise 1 (the labels, not the answer).
@@ -92,7 +91,7 @@ def _compiled_run(loop: Callable, *args) -> Run:
     """Call ``loop(*args, compile_fn)`` from a fresh compile state, counting what ``compile_fn`` compiled
     and every global setting the loop changed (or found changed)."""
     run = Run(tracker=Tracker("eager"))
-    run.settings_changed = settings_off_default()
+    run.settings_changed = settings_flipped()
 
     def compile_fn(fn):
         if not callable(fn):
@@ -324,7 +323,7 @@ def check_production_call(call_in_production: Callable, warm=(6, 12), rare=(1, 3
         return False, "define call_in_production(compiled, x)"
     if (why := _refusal(call_in_production, "call_in_production")):
         return False, why
-    if (changed := settings_off_default()):
+    if (changed := settings_flipped()):
         return False, (f"a global compiler setting is changed ({'; '.join(changed)}): that changes every model in "
                        "the process; answer each request without it")
     g = torch.Generator().manual_seed(seed)
