@@ -111,8 +111,9 @@ def cause_of(failures: Sequence[str], dynamic_ids: set[str] = frozenset()) -> st
     the call is the one whose guards fail least: with a ``FailureList`` (a live run) every failed guard
     of every graph is known; from plain strings (a trace) each graph counts the guards its string lists
     (``; ``-joined). A size change seen in several tensors (``expected 5, actual 7`` in a cache's keys
-    and values) counts once: duck sizing gives them one symbol. Ties go to the graph with fewer size mismatches (its sizes fit: a stride, a value
-    or a 0/1 guard failed), then to a graph with a symbol (``dynamic_ids``), then to Dynamo's order.
+    and values) counts once: duck sizing gives them one symbol. Ties go to the graph with fewer size
+    mismatches (its sizes fit: a stride, a value or a 0/1 guard failed), then to a graph with a symbol
+    (``dynamic_ids``), then to Dynamo's order.
     Returns ``"<id>: <guard>"``, torch's own string when one guard failed, else ``"<id>: <g1>; <g2>"``.
     """
     if not failures:
