@@ -3,6 +3,7 @@ tests, called against its check directly (no notebook) and required to fail; cor
 differently from the solution, required to pass."""
 import functools
 import math
+import sys
 
 import pytest
 import torch
@@ -411,7 +412,18 @@ def production_fail_then_force_eager(compiled, x):
             return compiled(x)
 
 
+def production_via_the_frames_globals(compiled, x):
+    # the grader's own function for the served model, reached through the caller's frame, in place of compiled
+    served = sys._getframe().f_globals["L"]._served
+    with torch.compiler.set_stance("fail_on_recompile"):
+        try:
+            return compiled(x)
+        except Exception:
+            return served(x)
+
+
 WRONG += [
+    ("production", "the grader module reached through a frame's globals", production_via_the_frames_globals),
     ("causes", "the short last batch read as a 0/1 specialisation, besides the three",
      {"ragged last batch", "python float argument", "int attribute on a module", "0/1 specialisation"}),
     ("causes", "a growing tensor instead of the short last batch",

@@ -104,7 +104,8 @@ def inspect_answer(fn: Any, *, compile_allowed: bool = True, allow: tuple = ()) 
     """Every shortcut the answer ``fn`` takes, as readable lines (empty: none found).
 
     Follows the functions the answer calls by global name, its defaults, closures, ``__wrapped__``,
-    ``functools.partial`` arguments, bound methods, and the methods of classes it defines. With
+    ``functools.partial`` arguments, bound methods, and the methods of classes it defines; a lookup by name
+    it cannot follow (``globals()``, ``vars()``, a frame's globals, a module by name) is a shortcut itself. With
     ``compile_allowed=False`` a use of ``torch.compile`` is a shortcut too. ``allow``: course objects
     the exercise itself hands to the learner (a timing helper, say), which are not shortcuts.
     """
@@ -196,6 +197,9 @@ def inspect_answer(fn: Any, *, compile_allowed: bool = True, allow: tuple = ()) 
                     if arg in ("importlib", "__import__", "exec", "eval"):
                         note(f"{name} reaches code by name ({arg}): import what you need at the top of the notebook")
                         continue
+                    if arg in ("globals", "vars"):  # globals()["S"]: a name the reading above cannot follow
+                        note(f"{name} looks variables up by name ({arg}()): use the names themselves")
+                        continue
                     target = g[arg] if arg in g else _builtin(g, arg)
                     if target is not None and target is not fn:
                         value(target, f"the global {arg!r} that {name} uses")
@@ -203,6 +207,8 @@ def inspect_answer(fn: Any, *, compile_allowed: bool = True, allow: tuple = ()) 
                     if arg in _OTHER_ENTRY_POINTS:
                         note(f"{name} uses {arg}, a compile entry point other than torch.compile: "
                              "the check counts what torch.compile does")
+                    elif arg in ("_getframe", "currentframe", "f_globals", "f_back"):
+                        note(f"{name} reads a frame's variables ({arg}): use the names themselves")
                     elif arg in ("import_module", "modules") or arg.split(".")[0] in ("shapelab", "importlib"):
                         note(f"{name} reaches a module by name ({arg}): "
                              "answer with PyTorch, and import at the top of the notebook")
