@@ -6,10 +6,10 @@ import math
 import re
 import statistics
 
-import pytest
 import torch
 import torch.nn.functional as F
 
+from catalogue import catalogue_tests
 from shapelab.lessons import l05_data_dependent_lab as checks
 
 THRESHOLD = 0.5
@@ -452,14 +452,7 @@ RIGHT += [
 ]
 
 
-@pytest.mark.parametrize("exercise, idea, answer", WRONG, ids=[f"{e}: {i[:40]}" for e, i, _ in WRONG])
-def test_wrong_answer_is_rejected(exercise, idea, answer):
-    ok, msg = judge(exercise, answer)
-    assert not ok, f"a wrong answer passed ({idea}): {msg}"
-    assert not leaks(exercise, msg), f"the feedback prints the value asked for ({idea}): {msg}"
-
-
-def leaks(exercise, msg):
+def leaks(exercise, answer, msg):
     """True when ``msg`` prints what the learner was asked to find: the promise itself, or a factor or share
     the learner did not return."""
     if exercise == "promise" and re.search(r"_check\([^)]*(>=\s*4|>\s*3)", msg):
@@ -469,11 +462,5 @@ def leaks(exercise, msg):
     return any(w in msg for w in ("should be", "expected", "the answer is"))
 
 
-@pytest.mark.parametrize("exercise, idea, answer", RIGHT, ids=[f"{e}: {i[:40]}" for e, i, _ in RIGHT])
-def test_correct_alternative_is_accepted(exercise, idea, answer):
-    ok, msg = judge(exercise, answer)
-    assert ok, f"a correct answer ({idea}) was rejected: {msg}"
-
-
-def test_catalogue_is_big_enough():
-    assert len(WRONG) >= 8 and len(RIGHT) >= 2
+test_wrong_answer_is_rejected, test_correct_alternative_is_accepted, test_catalogue_is_big_enough = \
+    catalogue_tests(WRONG, RIGHT, judge, leaks)
