@@ -33,6 +33,7 @@ from shapelab.room.client import TIMEOUT
 from shapelab.room.hub import LANDING, Room, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
+SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
 LEARNERS = ["roomtest-alice", "roomtest-bob"]
 INSTRUCTOR = "roomtest-teach"
 ADMIN_TOKEN = uuid.uuid4().hex
@@ -263,8 +264,9 @@ def browser():
 
 
 def _login(browser, hub: Hub, user: str, next_url: str = ""):
-    """Log in through the hub's own login page (the first login sets the password); return the page."""
-    context = browser.new_context()
+    """Log in through the hub's own login page (the first login sets the password); return the page, in the
+    1280 x 800 window the course is read in."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     page.goto(f"{hub.url}/hub/login" + (f"?next={next_url}" if next_url else ""))
     page.fill("#username_input", user)
@@ -320,6 +322,8 @@ def test_learners_predictions_reach_the_instructors_page(hub, browser):
     assert "00_orientation" in prompt.inner_text()
     row = page.locator('#exercises tr[data-exercise="mark_dynamic"] td')
     assert [row.nth(i).inner_text() for i in range(5)] == ["01_symbolic_guards_lab", "mark_dynamic", "1", "1", "0"]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "room_instructor.png"))  # to look at, as the instructor sees it
     with page.expect_download() as download:
         page.click("#export")
     rows = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text())))
