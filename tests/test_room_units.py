@@ -1,12 +1,16 @@
-"""The room's parts without a hub: the kernel's client outside a room, payload validation, the store's
-migrations (SQLite for real, PostgreSQL as the DDL it would run), the hub's configuration, the command,
+"""The room's parts without a hub: the kernel's client outside a room, payload validation, the store and its
+migrations on SQLite and on a real PostgreSQL server of the test's own, the hub's configuration, the command,
 and the Kubernetes values. The room on a real hub is tests/test_room.py."""
 from __future__ import annotations
 
 import io
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from contextlib import redirect_stdout
@@ -100,8 +104,62 @@ def test_validate_accepts_records_and_rejects_everything_else(kind):
             validate(kind, body)
 
 
-def test_store_migrates_an_old_database_and_keeps_its_records(tmp_path):
-    url = f"sqlite:///{tmp_path / 'room.sqlite'}"
+@pytest.fixture(scope="module")
+def postgres():
+    """A PostgreSQL server of this module's own on the loopback (Debian's ``postgresql``, run as its user when
+    we are root); yields the URL without a database name; stopped by its PID."""
+    initdb = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if not initdb:
+        if os.environ.get("CI") == "true":
+            pytest.fail("no PostgreSQL server (Debian's postgresql); .ci/run installs it")
+        pytest.skip("no PostgreSQL server installed (apt-get install postgresql)")
+    bindir = initdb[-1].parent
+    as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    base = Path(tempfile.mkdtemp(prefix="shapelab-pg-"))
+    if as_owner:
+        shutil.chown(base, "postgres", "postgres")
+    subprocess.run([*as_owner, str(bindir / "initdb"), "-D", str(base / "data"), "-U", "postgres", "--auth=trust",
+                    "--no-sync", "-E", "UTF8"], check=True, capture_output=True)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([*as_owner, str(bindir / "postgres"), "-D", str(base / "data"), "-p", str(port),
+                             "-h", "127.0.0.1", "-k", str(base)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                sa.create_engine(f"{url}/postgres").connect().close()
+                break
+            except sa.exc.OperationalError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise AssertionError("the test's PostgreSQL server did not start") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A new, empty database: a SQLite file, or a database of its own on the test's PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'room.sqlite'}"
+    server = request.getfixturevalue("postgres")
+    name = f"room_{uuid.uuid4().hex[:8]}"
+    engine = sa.create_engine(f"{server}/postgres", isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {name}"))
+    engine.dispose()
+    return f"{server}/{name}"
+
+
+def test_store_migrates_an_old_database_and_keeps_its_records(db_url):
+    url = db_url
     engine = store.connect(url)
     assert store.migrate(engine, to=1) == 0  # a room from before the indexes
     record = {"id": uuid.uuid4().hex, "user": "alice", "lesson": "l", "prompt": "p", "predicted": "1",
@@ -113,17 +171,19 @@ def test_store_migrates_an_old_database_and_keeps_its_records(tmp_path):
     assert sa.inspect(s.engine).get_indexes("reveals")[0]["name"] == "reveals_by_prompt"
     with s.engine.connect() as conn:
         assert conn.execute(sa.select(store.schema_version.c.version)).scalar() == store.VERSION
-        assert conn.execute(sa.text("PRAGMA journal_mode")).scalar() == "wal"
+        if s.engine.dialect.name == "sqlite":
+            assert conn.execute(sa.text("PRAGMA journal_mode")).scalar() == "wal"
     assert [r["id"] for r in s.records("reveal")] == [record["id"]]
     assert store.migrate(s.engine) == store.VERSION  # a second start changes nothing
     with s.engine.begin() as conn:
         conn.execute(store.schema_version.update().values(version=store.VERSION + 1))
     with pytest.raises(store.NewerSchema):
         store.Store(url)
+    s.engine.dispose()
 
 
-def test_store_counts_the_room(tmp_path):
-    s = store.Store(f"sqlite:///{tmp_path / 'room.sqlite'}")
+def test_store_counts_the_room(db_url):
+    s = store.Store(db_url)
     for user, predicted in [("alice", "3"), ("bob", "2"), ("carol", "3"), ("alice", "2")]:  # alice changes her mind
         assert s.add("reveal", user, {"id": uuid.uuid4().hex, "lesson": "00", "prompt": "S.reveal(p, m)",
                                       "predicted": predicted, "measured": "3", "agreed": predicted == "3"})
@@ -136,11 +196,13 @@ def test_store_counts_the_room(tmp_path):
     assert room["exercises"] == [{"lab": "01_lab", "exercise": "e", "passed": 1, "tried": 1, "not_started": 2}]
     lines = s.export_csv().splitlines()
     assert lines[0].startswith("kind,user,time") and len(lines) == 1 + 4 + 2
+    s.engine.dispose()
+    assert len(store.Store(db_url).records("reveal")) == 4  # a restarted service reads what was acknowledged
 
 
 def test_store_ddl_for_postgresql():
-    """What this covers: the statements each migration sends to PostgreSQL, compiled by SQLAlchemy's
-    PostgreSQL dialect (no server runs here). What it does not: a live PostgreSQL."""
+    """The statements each migration sends to PostgreSQL, as SQLAlchemy's PostgreSQL dialect writes them (the
+    tests above run them on a live server too)."""
     emitted = []
     engine = sa.create_mock_engine("postgresql+psycopg2://", lambda sql, *a, **k: emitted.append(
         str(sql.compile(dialect=engine.dialect))))
