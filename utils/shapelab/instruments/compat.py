@@ -208,11 +208,12 @@ def _strip(text: str) -> str:
     return strip_local_scope(text.split("  #")[0].strip())
 
 
-def _user_location(part: str) -> str:
-    """``  # model.py:12 in forward``: where in the user's code a shape guard came from, if torch says."""
-    for m in re.finditer(r"#\s+([^#()]+?:\d+ in \w+)", part):
+def where_in_user_code(text: str) -> str:
+    """``model.py:12 in forward``: the first place in the user's code (not torch's) that a guard's text names,
+    as torch writes it after ``#``; "" if it names none."""
+    for m in re.finditer(r"#\s+([^#()]+?\.py:\d+ in \w+)", text):
         if "_dynamo/" not in m.group(1) and "torch/" not in m.group(1):
-            return f"  # {m.group(1).strip()}"
+            return m.group(1).strip()
     return ""
 
 
@@ -271,8 +272,11 @@ def every_failed_guard(guard_manager, f_locals: dict) -> list[str]:
                 return [f"GLOBAL_STATE changed: {leaf.check_verbose(value).verbose_code_parts[0]}"]
             except Exception:
                 return ["GLOBAL_STATE changed"]
-        failed = [p for p in parts if holds(p) is not True]
-        return [_strip(p if isinstance(holds(p), bool) else holds(p)) for p in failed[:1]] or [_strip(p) for p in parts[:1]]
+        for part in parts:  # the first part that fails, in torch's words (a guard may return its own text)
+            result = holds(part)
+            if result is not True:
+                return [_strip(result if isinstance(result, str) else part)]
+        return [_strip(p) for p in parts[:1]]
 
     def walk(manager, value) -> list[str]:
         out: list[str] = []
@@ -296,7 +300,8 @@ def every_failed_guard(guard_manager, f_locals: dict) -> list[str]:
     try:
         failed = walk(root, f_locals)
         for leaf in root.get_epilogue_lambda_guards():
-            failed += [_strip(p) + _user_location(p) for p in leaf.verbose_code_parts() if holds(p) is not True]
+            failed += [_strip(p) + (f"  # {where}" if (where := where_in_user_code(p)) else "")
+                       for p in leaf.verbose_code_parts() if holds(p) is not True]
     except Exception:
         return []
     return failed

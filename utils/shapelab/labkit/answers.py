@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 __all__ = ["AnswerRefused", "inspect_answer", "watch_settings", "settings_now", "settings_changes",
-           "settings_flipped", "flipped_feedback", "no_compiling", "answering", "call_answer", "refuse_if",
+           "settings_flipped", "flipped_feedback", "shortcut_feedback", "no_compiling", "answering", "call_answer", "refuse_if",
            "CompileLog", "counting_compiles", "course_calls", "one_thread"]
 
 _REAL_COMPILE = torch.compile  # a reference the answer saved before a check swapped it is this object
@@ -219,11 +219,24 @@ def inspect_answer(fn: Any, *, compile_allowed: bool = True, allow: tuple = ()) 
     return problems
 
 
+def _first(problems: list[str]) -> str:
+    """The first problem, and how many more."""
+    return problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+
+
 def refuse_if(problems: list[str]) -> None:
     """Raise ``AnswerRefused`` naming the first problem (and how many more)."""
     if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise AnswerRefused(problems[0] + more)
+        raise AnswerRefused(_first(problems))
+
+
+def shortcut_feedback(fn: Any, what: str = "your answer", **inspect) -> str | None:
+    """The feedback for an answer that takes a shortcut (``inspect_answer``, with ``inspect`` passed on), or
+    None. ``what`` names the answer as the learner knows it ("your masked_mean")."""
+    problems = inspect_answer(fn, **inspect)
+    if not problems:
+        return None
+    return f"{what} takes a shortcut: {_first(problems)}; write it yourself, with plain Python and PyTorch"
 
 
 # -- settings ------------------------------------------------------------------------------------

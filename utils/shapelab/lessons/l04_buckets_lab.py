@@ -37,7 +37,7 @@ import torch
 
 from ..instruments.bucketing import check_bucket_set, expected_waste, optimal_buckets
 from ..instruments.traffic import request_lengths
-from ..labkit.answers import course_calls, inspect_answer, one_thread, settings_flipped, watch_settings
+from ..labkit.answers import course_calls, flipped_feedback, one_thread, shortcut_feedback, watch_settings
 
 Policy = namedtuple("Policy", "name graphs compile_s per_request_s")
 Policy.__doc__ = "A serving policy as the lab hands it over: graphs, seconds per compile, seconds per request."
@@ -48,17 +48,6 @@ Policy.__doc__ = "A serving policy as the lab hands it over: graphs, seconds per
 def _called_message(called: list[str], what: str) -> str:
     return (f"your {what} calls the course library while it runs ({called[0]}): the lab is about writing it "
             "yourself, with plain Python and PyTorch")
-
-
-def _shelf(fn: Callable, what: str) -> str | None:
-    """Why ``fn`` is not the learner's own answer (the course library, a grader's data, a module reached
-    by name, another compile entry point), read from its code, defaults, closures and helpers; or None."""
-    problems = inspect_answer(fn)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        return (f"your {what} takes a shortcut: {problems[0]}{more}. The lab is about writing it yourself, "
-                "with plain Python and PyTorch")
-    return None
 
 
 def _unanswered(fn) -> str | None:
@@ -109,7 +98,7 @@ def check_pow2_bucket(fn: Callable, cases: Sequence[tuple[int, int]] | None = No
     how (too small to fit, past L, below the floor, not a power of two, a larger bucket than
     needed), never the bucket it should have returned.
     """
-    if (why := _unanswered(fn) or _shelf(fn, "pow2_bucket")):
+    if (why := _unanswered(fn) or shortcut_feedback(fn, "your pow2_bucket")):
         return False, why
     cases = list(cases or pow2_cases())
     for L, smallest in cases:
@@ -146,7 +135,7 @@ def multiple_cases(rng: random.Random | None = None) -> list[tuple[int, int]]:
 
 def check_multiple_bucket(fn: Callable, cases: Sequence[tuple[int, int]] | None = None) -> tuple[bool, str]:
     """``fn(n, k, L)``: the smallest multiple of k >= n, capped at L; every length of hidden cases."""
-    if (why := _unanswered(fn) or _shelf(fn, "multiple_bucket")):
+    if (why := _unanswered(fn) or shortcut_feedback(fn, "your multiple_bucket")):
         return False, why
     cases = list(cases or multiple_cases())
     for k, L in cases:
@@ -232,11 +221,10 @@ def check_masked_mean(fn: Callable, max_len: int = 32, *, features: int = 3, see
 
     from ..instruments.isolation import isolated
 
-    if (why := _unanswered(fn) or _shelf(fn, "masked_mean")):
+    if (why := _unanswered(fn) or shortcut_feedback(fn, "your masked_mean")):
         return False, why
-    if (changed := settings_flipped()):
-        return False, (f"a global compiler setting is changed ({'; '.join(changed)}): that changes every model in "
-                       "the process, and the mean needs none; put it back (restart the kernel)")
+    if (flipped := flipped_feedback("the check of your masked_mean")):
+        return False, flipped
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(rng.randrange(2 ** 31))
     first = masked_batch(masked_batch_specs(random.Random(0), 4, features)[1], torch.Generator())[:2]
@@ -316,7 +304,7 @@ def check_choose_buckets(choose: Callable, sample: Sequence[int], max_len: int, 
     """``choose(lengths, L, budget)`` -> a bucket set: the least waste on hidden samples (within 1%),
     and on the lab's sample ``my_buckets = choose(sample, L, budget)`` with ``my_waste``, its mean
     wasted tokens per request, which the check recomputes."""
-    if (why := _unanswered(choose) or _shelf(choose, "choose_buckets")):
+    if (why := _unanswered(choose) or shortcut_feedback(choose, "your choose_buckets")):
         return False, why
     samples = list(hidden or bucket_samples()) + [(list(sample), max_len, budget, "the lab's sample")]
     for lengths, L, b, what in samples:
@@ -392,7 +380,7 @@ def check_per_request_seconds(timer: Callable, workloads: Sequence[tuple[float, 
     """``timer(fn, *args)`` -> seconds per call after warm-up, on hidden workloads whose first call is
     slow; each answer is compared with the check's own re-measurement of the same workload (warm: the
     check's copy skips the slow first call, which the answer must leave out)."""
-    if (why := _unanswered(timer) or _shelf(timer, "per_request_seconds")):
+    if (why := _unanswered(timer) or shortcut_feedback(timer, "your per_request_seconds")):
         return False, why
     args = (torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
     answers = []
@@ -447,7 +435,7 @@ def _total(p: Policy, requests: int) -> float:
 def check_choose_policy(choose: Callable, base: Sequence[Policy]) -> tuple[bool, str]:
     """``choose(requests, policies)`` -> ``(name, total_seconds)``: the cheapest policy in total and
     what it costs, on hidden scenarios; both recomputed here."""
-    if (why := _unanswered(choose) or _shelf(choose, "choose_policy")):
+    if (why := _unanswered(choose) or shortcut_feedback(choose, "your choose_policy")):
         return False, why
     base = [Policy(*p) for p in base]
     for p in base:

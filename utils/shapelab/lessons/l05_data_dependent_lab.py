@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from ..instruments.observe import ExperimentError
-from ..labkit.answers import course_calls, inspect_answer, one_thread, settings_flipped, watch_settings
+from ..labkit.answers import course_calls, flipped_feedback, one_thread, shortcut_feedback, watch_settings
 from ..labkit.checks import unanswered
 from .l05_data_dependent import observe_run, unbacked_ranges
 
@@ -69,18 +69,9 @@ def _shortcut(used: list[str]) -> str:
             "the checks compare against it, so it cannot be the answer: write it yourself")
 
 
-def _settings_message(changed: list[str]) -> str:
-    return (f"a global compiler setting is changed ({'; '.join(changed)}): that changes every model in the process "
-            "and hides what your code does; put it back (restart the kernel) and fix the code itself")
-
-
 def _refusal(candidate: Callable, what: str) -> str:
     """Why the check will not judge ``candidate``: a shortcut in its code or a changed setting; "" if none."""
-    problems = inspect_answer(candidate)
-    if problems:
-        return f"{what} takes a shortcut: {problems[0]}; write it yourself, with PyTorch"
-    changed = settings_flipped()
-    return _settings_message(changed) if changed else ""
+    return shortcut_feedback(candidate, what) or flipped_feedback(f"the check of {what}") or ""
 
 
 @contextlib.contextmanager
@@ -195,7 +186,7 @@ def check_fixed_shape(candidate: Callable) -> tuple[bool, str]:
     at unit length, in place; every other row zero; one static graph under ``fullgraph=True``."""
     if _is_stub(candidate):
         return False, "no function yet: write normalise_dense"
-    if (why := _refusal(candidate, "normalise_dense")):
+    if (why := _refusal(candidate, "your normalise_dense")):
         return False, why
     for label, x, scores, t in _selection_variants():
         keep = scores > t
@@ -545,7 +536,7 @@ def check_choose_factor(candidate: Callable, capacity: Callable) -> tuple[bool, 
     """
     if _is_stub(candidate):
         return False, "no function yet: write choose_factor"
-    if (why := _refusal(candidate, "choose_factor")):
+    if (why := _refusal(candidate, "your choose_factor")):
         return False, why
     for label, routes, experts in _routing_variants():
         for factors, budget in (((2.0, 0.5, 1.0, 1.25, 1.5, 3.0, 0.75), 0.05), ((1.0, 4.0, 1.5, 2.0, 3.0), 0.0),

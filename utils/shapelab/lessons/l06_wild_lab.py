@@ -21,7 +21,7 @@ import torch
 from ..instruments import compat
 from ..instruments.isolation import isolated
 from ..instruments.observe import short_reason
-from ..labkit.answers import inspect_answer, one_thread, settings_flipped, watch_settings
+from ..labkit.answers import flipped_feedback, one_thread, settings_flipped, shortcut_feedback, watch_settings
 from .l06_wild import Tracker
 
 # What a learner may name as a cause in exercise 1 (the labels, not the answer).
@@ -117,15 +117,6 @@ def _compiled_run(loop: Callable, *args) -> Run:
     return run
 
 
-def _refusal(fn: Callable, what: str) -> str | None:
-    """Why the check will not run ``fn``: a shortcut in its code (the course library, another compile entry
-    point, a module reached by name); None if none."""
-    problems = inspect_answer(fn)
-    if problems:
-        return f"your {what} takes a shortcut: {problems[0]}"
-    return None
-
-
 def _compile_problems(run: Run, what: str, steps_word: str, steps: int) -> str | None:
     """The message for a run that did not compile what it should, or hid the cause; None if it compiled.
     ``steps``: how many steps the loop must run, each through the function ``compile_fn`` returned."""
@@ -212,7 +203,7 @@ def check_training(train_fixed: Callable, train_original: Callable, features: in
     """
     if not callable(train_fixed):
         return False, "define train_fixed(X, Y, batch_size, epochs, seed, compile_fn)"
-    if (why := _refusal(train_fixed, "training loop")):
+    if (why := shortcut_feedback(train_fixed, "your training loop")):
         return False, why
     for samples, batch, epochs, seed in variants:
         X, Y = training_data(samples, features, seed)
@@ -262,7 +253,7 @@ def check_serving(serve_fixed: Callable, serve_original: Callable, w_out: torch.
     """
     if not callable(serve_fixed):
         return False, "define serve_fixed(requests, w_out, max_len, compile_fn)"
-    if (why := _refusal(serve_fixed, "serving loop")):
+    if (why := shortcut_feedback(serve_fixed, "your serving loop")):
         return False, why
     for lengths, temps, seed in variants:
         requests = make_requests(lengths, temps, heads, dim, seed)
@@ -321,11 +312,10 @@ def check_production_call(call_in_production: Callable, warm=(6, 12), rare=(1, 3
     dtypes, layouts) eagerly and right, never compile, raise, or change a global setting."""
     if not callable(call_in_production):
         return False, "define call_in_production(compiled, x)"
-    if (why := _refusal(call_in_production, "call_in_production")):
+    if (why := shortcut_feedback(call_in_production, "your call_in_production")):
         return False, why
-    if (changed := settings_flipped()):
-        return False, (f"a global compiler setting is changed ({'; '.join(changed)}): that changes every model in "
-                       "the process; answer each request without it")
+    if (flipped := flipped_feedback("the check of your call_in_production")):
+        return False, flipped
     g = torch.Generator().manual_seed(seed)
     tracker = Tracker("eager")
     with isolated():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ...instruments.compat import where_in_user_code
 from .evidence import Evidence
 
 KINDS = {
@@ -66,14 +67,6 @@ def guard_text(reason: str) -> str:
     return text.split("  #")[0].strip()
 
 
-def _where_in_code(reason: str) -> str:
-    """``file.py:12 in forward``: the first user-code location torch wrote after the guard, if any."""
-    for m in re.finditer(r"#\s+([^#()]+?\.py:\d+ in \w+)", reason):
-        if "_dynamo/" not in m.group(1) and "torch/" not in m.group(1):
-            return m.group(1).strip()
-    return ""
-
-
 def readings(reason: str) -> list[Reading]:
     """Every guard in one recompile's cause (``"0/1: g1; g2"``), each read."""
     body = _without_id(reason).split("\nUser stack trace")[0]
@@ -115,7 +108,7 @@ def classify_reason(reason: str) -> Reading:
         return Reading("identity", name.split(".")[0] if name else None, None, name or text)
     m = _SYM_SIZE.search(text)
     if m:  # any other guard on a size: the model's code compared or computed with it
-        where = _where_in_code(reason)
+        where = where_in_user_code(reason)
         return Reading("size_branch", m.group("name"), int(m.group("dim")), text + (f" (at {where})" if where else ""))
     m = _VALUE.match(text)
     if m:
