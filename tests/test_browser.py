@@ -33,12 +33,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from chromium import browser  # noqa: F401 (the fixture the benches are driven with)
+
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "test-artifacts" / "screenshots"
-CHROMIUM = os.environ.get("SHAPELAB_CHROMIUM", "/usr/bin/chromium")
 LESSONS_DIR = Path(os.environ.get("SHAPELAB_BENCH_NOTEBOOKS", ROOT / "notebooks"))
 VIEWPORT = {"width": 1280, "height": 800}
-INSTALL_HINT = "sudo apt-get install chromium  (Debian/Ubuntu), then: pip install playwright"
 
 
 @dataclass(frozen=True)
@@ -195,37 +195,6 @@ def bench_copy(src: Path, dst_dir: Path) -> Path:
     dst = dst_dir / src.name
     nbformat.write(nb, dst)
     return dst
-
-
-def _browser_available() -> str | None:
-    """None if the browser test can run, else the reason it cannot."""
-    if not Path(CHROMIUM).exists():
-        return f"Chromium not found at {CHROMIUM}; install it with: {INSTALL_HINT}"
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
-        return f"the playwright package is missing; install it with: {INSTALL_HINT}"
-    return None
-
-
-@pytest.fixture(scope="module")
-def browser():
-    reason = _browser_available()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"browser test is mandatory in CI: {reason}")
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage"],
-        )
-        yield b
-        b.close()
 
 
 def _free_port() -> int:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from chromium import browser  # noqa: F401 (the fixture the logins are driven with)
 from shapelab.room import accounts, loadtest
 from shapelab.room.client import TIMEOUT
 from shapelab.room.hub import LANDING, Room, write_config
@@ -37,7 +38,6 @@ SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
 LEARNERS = ["roomtest-alice", "roomtest-bob"]
 INSTRUCTOR = "roomtest-teach"
 ADMIN_TOKEN = uuid.uuid4().hex
-CHROMIUM = os.environ.get("SHAPELAB_CHROMIUM", "/usr/bin/chromium")
 LOAD_SECONDS = float(os.environ.get("SHAPELAB_ROOM_LOAD_SECONDS", "5"))  # 60 by hand: see INSTRUCTOR.md
 TESTER = f"""
 c.JupyterHub.services.append({{"name": "tester", "api_token": {ADMIN_TOKEN!r}}})
@@ -245,22 +245,6 @@ def hub():
         for name in [*LEARNERS, INSTRUCTOR]:
             accounts.remove_user(name)
         shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"no chromium at {CHROMIUM}")
-        pytest.skip(f"no chromium at {CHROMIUM}")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"])
-        yield b
-        b.close()
 
 
 def _login(browser, hub: Hub, user: str, next_url: str = ""):

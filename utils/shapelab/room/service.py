@@ -89,6 +89,10 @@ class RoomHandler(HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(403, "only the instructor sees the room")
         return name
 
+    def records_of(self, name: str) -> dict:
+        """Everything ``name`` sent, as the API answers it."""
+        return {"user": name, "reveals": self.store.records("reveal", name), "checks": self.store.records("check", name)}
+
     def write_error(self, status_code, **kwargs):
         reason = kwargs.get("exc_info", (None, None))[1]
         message = getattr(reason, "log_message", None) or self._reason
@@ -109,9 +113,7 @@ class RecordHandler(RoomHandler):
 
 class MineHandler(RoomHandler):
     def get(self):
-        user = self.user()
-        self.finish({"user": user, "reveals": self.store.records("reveal", user),
-                     "checks": self.store.records("check", user)})
+        self.finish(self.records_of(self.user()))
 
 
 class UserRecordsHandler(RoomHandler):
@@ -119,8 +121,7 @@ class UserRecordsHandler(RoomHandler):
         user = self.user()
         if name != user:
             self.instructor()
-        self.finish({"user": name, "reveals": self.store.records("reveal", name),
-                     "checks": self.store.records("check", name)})
+        self.finish(self.records_of(name))
 
 
 class RoomSummaryHandler(RoomHandler):

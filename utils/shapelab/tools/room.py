@@ -9,8 +9,9 @@ It runs a real JupyterHub (run as root: it makes each learner an OS user) behind
 in with a name and choose their password on first login; each gets a home with their own copy of
 ``labs/`` and the lessons read-only in ``notebooks/``, and lands in JupyterLab on lesson 00. The
 instructor (``--instructor``, the hub's admin) opens ``/services/room/`` for the room's predictions
-and lab progress. Inductor's cache is warmed once for the room (``tools.warmup``) and linked into
-every learner's own cache. Idle servers stop after ``--idle-timeout`` seconds.
+and lab progress. Inductor's cache is warmed once for the room (``tools.warmup``) and copied into
+every learner's own cache (Inductor writes lock files beside what it reads). Idle servers stop after
+``--idle-timeout`` seconds.
 """
 from __future__ import annotations
 
