@@ -1,6 +1,5 @@
 """Lesson 04: its helpers (tables, pictures, bench), its take-home cell, and lab 04's graders against wrong answers."""
 
-import math
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import torch  # noqa: E402
 from shapelab import bucket_stats, request_lengths  # noqa: E402
 from shapelab.lessons import l04_buckets as B  # noqa: E402
 from shapelab.lessons import l04_buckets_lab as G  # noqa: E402
+from bucket_search import dp_buckets  # noqa: E402
 from takehome import run_takehome  # noqa: E402
 from shapelab.instruments.bucketing import STRATEGIES  # noqa: E402
 
@@ -224,36 +224,6 @@ def test_masked_mean_check_catches_an_ignored_mask_with_non_zero_padding():
 
     ok, msg = G.check_masked_mean(by_selection, 16, seed=0)
     assert not ok and "not one whole graph per input shape" in msg
-
-
-def dp_buckets(lengths, L, budget):
-    """A learner's own search, in plain Python: least waste with at most ``budget`` buckets, the last at L."""
-    values = sorted(set(lengths) | {L})
-    count = {v: lengths.count(v) for v in values}
-    n_before, t_before = [0], [0]
-    for v in values:
-        n_before.append(n_before[-1] + count[v])
-        t_before.append(t_before[-1] + count[v] * v)
-
-    def waste(i, j):
-        return values[j] * (n_before[j + 1] - n_before[i]) - (t_before[j + 1] - t_before[i])
-
-    m = len(values)
-    best, back = [[waste(0, j) for j in range(m)]], [[None] * m]
-    for _ in range(2, budget + 1):
-        row, brow = [math.inf] * m, [None] * m
-        for j in range(m):
-            for i in range(j):
-                if best[-1][i] + waste(i + 1, j) < row[j]:
-                    row[j], brow[j] = best[-1][i] + waste(i + 1, j), i
-        best.append(row)
-        back.append(brow)
-    b = min(range(len(best)), key=lambda b: best[b][m - 1])
-    chosen, j = [], m - 1
-    while j is not None:
-        chosen.append(values[j])
-        j, b = back[b][j], b - 1
-    return sorted(chosen)
 
 
 def test_choose_buckets_check_recomputes_the_waste_that_justifies_the_choice():

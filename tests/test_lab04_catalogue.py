@@ -14,6 +14,7 @@ import timeit
 
 import torch
 
+from bucket_search import dp_buckets
 from catalogue import catalogue_tests
 import shapelab as S
 from shapelab.lessons import l04_buckets_lab as G
@@ -66,35 +67,6 @@ def judge(exercise, answer):
 
 
 # --- a learner's bucket search, with a switch for each plausible slip -----------------------------
-
-def dp_buckets(lengths, L, budget, *, exactly=False, without_L=False):
-    values = sorted(set(lengths)) if without_L else sorted(set(lengths) | {L})
-    count = collections.Counter(lengths)
-    n_before, t_before = [0], [0]
-    for v in values:
-        n_before.append(n_before[-1] + count[v])
-        t_before.append(t_before[-1] + count[v] * v)
-
-    def waste(i, j):
-        return values[j] * (n_before[j + 1] - n_before[i]) - (t_before[j + 1] - t_before[i])
-
-    m = len(values)
-    best, back = [[waste(0, j) for j in range(m)]], [[None] * m]
-    for _ in range(2, budget + 1):
-        row, brow = [math.inf] * m, [None] * m
-        for j in range(m):
-            for i in range(j):
-                if best[-1][i] + waste(i + 1, j) < row[j]:
-                    row[j], brow[j] = best[-1][i] + waste(i + 1, j), i
-        best.append(row)
-        back.append(brow)
-    b = len(best) - 1 if exactly else min(range(len(best)), key=lambda b: best[b][m - 1])
-    chosen, j = [], m - 1
-    while j is not None and b >= 0:
-        chosen.append(values[j])
-        j, b = back[b][j], b - 1
-    return sorted(chosen)
-
 
 def recursive_buckets(lengths, L, budget):
     """Correct, written differently: a memoised recursion over 'the bucket below this one'."""
