@@ -24,6 +24,23 @@ def test_ledger_verdicts_replace_and_save(tmp_path, monkeypatch):
         led.add("x", "y", "z", "maybe")
 
 
+def test_ledger_timing_rows_go_through_the_rule():
+    """A timing claim's verdict is the rule's: inside the spread the ledger says "not distinguishable on this machine"
+    whatever the lesson's own test said, and the measured column is the rule's sentence (no bare ratio)."""
+    from shapelab import Timing
+    from shapelab.instruments.timing import NOT_DISTINGUISHABLE, compare
+
+    led = Ledger("00_demo")
+    noisy = compare(Timing((1.0, 2.0, 3.0, 4.0)), Timing((1.5, 2.5, 3.5, 4.5)), "dynamic", "static")
+    assert led.add_timing("penalty", "~0-15%", noisy, agrees=False).verdict == NOT_DISTINGUISHABLE
+    assert "x its time" not in led.claims[-1].measured
+    apart = compare(Timing((2.0, 2.0, 2.1, 2.2)), Timing((1.0, 1.0, 1.1, 1.2)), "dynamic", "static")
+    assert led.add_timing("penalty", "~0-15%", apart, agrees=False).verdict == "differs"  # replaces the row
+    assert len(led.claims) == 1 and "slower" in led.claims[0].measured
+    with pytest.raises(TypeError):
+        led.add_timing("penalty", "~0-15%", 1.9, agrees=True)
+
+
 def test_checker_reports_records_and_is_strict_when_asked(tmp_path, monkeypatch, capsys):
     results = tmp_path / "r.jsonl"
     monkeypatch.setenv("SHAPELAB_CHECK_RESULTS", str(results))

@@ -101,3 +101,74 @@ def test_check_count():
         validate_count("k", 2.0)
     with pytest.raises(ValueError, match="n must be at least 2"):
         validate_count("n", 1, low=2)
+
+
+# --- the one rule for timing verdicts (timing.compare, cheapest, break_even) -----------------------------------
+
+from shapelab.instruments.timing import (MIN_SAMPLES, NOT_DISTINGUISHABLE, break_even, cheapest, compare,  # noqa: E402
+                                         cost_range)
+
+
+def test_rule_on_constructed_timings():
+    fast, slow = Timing((1.0, 1.1, 1.2, 1.3, 1.4)), Timing((2.0, 2.1, 2.2, 2.3, 2.4))
+    c = compare(slow, fast, "dynamic", "static")
+    assert c.distinguishable and c.verdict == "slower" and abs(c.ratio - 2.2 / 1.2) < 1e-12
+    assert c.ratio_range == (2.1 / 1.3, 2.3 / 1.1) and "1.83x" in str(c) and "slower" in str(c)
+    assert compare(fast, slow).verdict == "faster"
+    overlapping = Timing((1.2, 1.3, 1.4, 1.5, 1.6))  # median 1.4 > 1.2, but its IQR 1.3..1.5 meets fast's 1.1..1.3
+    for c in (compare(overlapping, fast), compare(fast, fast)):  # overlapping, and equal
+        assert not c.distinguishable and c.verdict == NOT_DISTINGUISHABLE == c.times
+        assert NOT_DISTINGUISHABLE in str(c) and "x its time" not in str(c)
+    flat_a, flat_b = Timing((1.0,) * 5), Timing((1.5,) * 5)  # zero spread: a measured, exact difference
+    assert compare(flat_b, flat_a).verdict == "slower" and compare(flat_a, Timing((1.0,) * 5)).verdict == NOT_DISTINGUISHABLE
+    one = Timing((100.0,))  # one sample (or two) has no measured spread: never a verdict, however far off
+    for short in (one, Timing((100.0, 101.0))):
+        assert MIN_SAMPLES > len(short.samples)
+        assert compare(short, fast).verdict == NOT_DISTINGUISHABLE and "fewer than" in str(compare(short, fast))
+
+
+def test_cheapest_and_break_even_only_beyond_the_spread():
+    per_fast, per_slow = Timing((1.0, 1.0, 1.1, 1.2, 1.2)), Timing((2.0, 2.0, 2.1, 2.2, 2.2))
+    # fast per call but 10 s up front: dearer at 1 call, cheaper at 1000; near the crossing, no verdict
+    bills = lambda n: {"exact": cost_range(10.0, per_fast, n), "dynamic": cost_range(0.0, per_slow, n)}  # noqa: E731
+    assert cheapest(bills(1)) == "dynamic" and cheapest(bills(1000)) == "exact" and cheapest(bills(10)) is None
+    lo, hi = break_even(10.0, per_fast, 0.0, per_slow)
+    assert lo == 10 / (2.2 - 1.0) and hi == 10 / (2.0 - 1.2) and lo < 10 / (2.1 - 1.1) < hi
+    overlapping = Timing((1.1, 1.5, 1.9, 2.1, 2.5))
+    assert break_even(10.0, overlapping, 0.0, per_slow) is None  # not faster beyond the spread: no N*
+    assert break_even(0.0, per_fast, 10.0, per_slow) is None  # cheaper from the first call: nothing to break even
+    assert cheapest({"only": (1.0, 2.0)}) == "only" and cheapest({"a": (1.0, 2.0), "b": (1.5, 3.0)}) is None
+    assert cost_range(3.0, Timing((1.0,)), 0) == (3.0, 3.0)  # no calls: the up-front cost alone
+    assert cost_range(3.0, Timing((1.0,)), 5)[1] == float("inf")  # no spread measured: the bill is unbounded
+    with pytest.raises(ValueError):
+        cheapest({})
+
+
+def _random_timing(rng, centre, spread, n):
+    return Timing(tuple(centre + spread * rng.uniform(-1, 1) for _ in range(n)))
+
+
+def test_rule_properties_on_generated_timings():
+    """Seeded generators over the domain (sizes 1..40, spreads 0..50 %, centres 1 µs..1 s), edges first:
+    the verdict is symmetric, never given below MIN_SAMPLES or when the IQRs overlap, always given when
+    the ranges are wholly apart, and a stated ratio lies in its quartile range; scaling both sides changes nothing."""
+    import random
+
+    rng = random.Random(20261201)
+    cases = [(n, s) for n in (1, 2, 3, 4, 40) for s in (0.0, 0.5)] + [(rng.randint(1, 40), rng.uniform(0, 0.5)) for _ in range(400)]
+    for n, rel in cases:
+        centre = 10 ** rng.uniform(-6, 0)
+        a = _random_timing(rng, centre, rel * centre, n)
+        b = _random_timing(rng, centre * rng.choice([1.0, rng.uniform(0.3, 3.0)]), rel * centre, rng.randint(1, 40) if n > 3 else n)
+        ab, ba = compare(a, b), compare(b, a)
+        assert ab.distinguishable == ba.distinguishable
+        if min(len(a.samples), len(b.samples)) < MIN_SAMPLES or not (a.q3 < b.q1 or b.q3 < a.q1):
+            assert ab.verdict == ba.verdict == NOT_DISTINGUISHABLE
+        else:
+            assert {ab.verdict, ba.verdict} == {"faster", "slower"}
+            lo, hi = ab.ratio_range
+            assert lo <= ab.ratio <= hi and (hi < 1) == (ab.verdict == "faster")
+        if len(a.samples) >= MIN_SAMPLES and len(b.samples) >= MIN_SAMPLES and max(a.samples) < min(b.samples):
+            assert ab.verdict == "faster"
+        scaled = compare(Timing(tuple(x * 1000 for x in a.samples)), Timing(tuple(x * 1000 for x in b.samples)))
+        assert scaled.verdict == ab.verdict

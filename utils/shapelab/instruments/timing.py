@@ -6,10 +6,16 @@ sets the thread count, and reports a median and an IQR over the blocks. What it 
 kept here: one call with its compile inside (``time_first_call``), and ``time_call``'s fixed number of
 samples in the order they ran (its first sample is the first call when ``warmup=0``, which a lab's
 check inspects, and lessons interleave rounds of it so that load on a shared machine hits both sides).
+
+The course's one rule for timing verdicts lives here too (``compare``, ``cheapest``, ``break_even``):
+a comparison ("faster", "x times", "cheapest", "break-even at N") is stated only when it holds beyond
+the measured spread of both sides, i.e. when their interquartile ranges do not overlap, each side
+having at least ``MIN_SAMPLES`` samples; otherwise the page says ``NOT_DISTINGUISHABLE``.
 """
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -55,6 +61,106 @@ class Timing:
     def __str__(self) -> str:
         calls = f", {self.runs} calls" if self.runs > len(self.samples) else ""
         return f"{fmt_seconds(self.median)} (IQR {fmt_seconds(self.spread)}, n={len(self.samples)}{calls})"
+
+
+NOT_DISTINGUISHABLE = "not distinguishable on this machine"
+MIN_SAMPLES = 3  # fewer samples have no measured spread to judge a difference against
+
+
+def separated(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """True when the ranges ``(low, high)`` do not touch: the rule's test, on IQRs or on derived ranges."""
+    return a[1] < b[0] or b[1] < a[0]
+
+
+def iqr(t: "Timing") -> tuple[float, float]:
+    """``(q1, q3)``; a timing with fewer than ``MIN_SAMPLES`` samples spans everything (no spread was measured)."""
+    return (t.q1, t.q3) if len(t.samples) >= MIN_SAMPLES else (-math.inf, math.inf)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``a`` against ``b`` under the rule. ``ratio`` is a's median over b's; ``ratio_range`` uses the quartiles
+    of both (a.q1 / b.q3 .. a.q3 / b.q1); ``verdict`` is "faster", "slower" (a relative to b) or
+    ``NOT_DISTINGUISHABLE``, and only a distinguishable comparison prints a ratio."""
+
+    a: "Timing"
+    b: "Timing"
+    a_name: str = "a"
+    b_name: str = "b"
+    fmt: Callable[[float], str] = field(default=lambda s: fmt_seconds(s), compare=False)  # how a median reads
+
+    @property
+    def distinguishable(self) -> bool:
+        return separated(iqr(self.a), iqr(self.b))
+
+    @property
+    def ratio(self) -> float:
+        return self.a.median / self.b.median
+
+    @property
+    def ratio_range(self) -> tuple[float, float]:
+        (a1, a3), (b1, b3) = iqr(self.a), iqr(self.b)
+        return (a1 / b3 if b3 > 0 else 0.0), (a3 / b1 if b1 > 0 else math.inf)
+
+    @property
+    def verdict(self) -> str:
+        if not self.distinguishable:
+            return NOT_DISTINGUISHABLE
+        return "slower" if self.a.median > self.b.median else "faster"
+
+    @property
+    def times(self) -> str:
+        """ "2.02x the time of b" when distinguishable, else the rule's words."""
+        if not self.distinguishable:
+            return NOT_DISTINGUISHABLE
+        return f"{self.ratio:.2f}x the time of {self.b_name}"
+
+    def __str__(self) -> str:
+        lo, hi = self.ratio_range
+        medians = f"medians {self.fmt(self.a.median)} and {self.fmt(self.b.median)}"
+        if not self.distinguishable:
+            why = ("fewer than %d samples on a side" % MIN_SAMPLES if min(len(self.a.samples), len(self.b.samples)) < MIN_SAMPLES
+                   else "their IQRs overlap")
+            return f"{self.a_name} against {self.b_name}: {NOT_DISTINGUISHABLE} ({medians}; {why})"
+        return (f"{self.a_name} is {self.verdict} than {self.b_name}: {self.ratio:.2f}x its time "
+                f"(quartile range {lo:.2f}..{hi:.2f}; {medians}, IQRs apart)")
+
+
+def compare(a: "Timing", b: "Timing", a_name: str = "a", b_name: str = "b", fmt: Callable[[float], str] | None = None) -> Comparison:
+    """The course's rule for a timing verdict: ``a`` against ``b`` (see ``Comparison``); ``fmt`` prints a
+    median (default ``fmt_seconds``; e.g. ``"{:.2f}x".format`` for timings that are ratios)."""
+    return Comparison(a, b, a_name, b_name, **({"fmt": fmt} if fmt else {}))
+
+
+def cost_range(upfront: float, per_call: "Timing", calls: float) -> tuple[float, float]:
+    """``upfront + calls x per_call`` over per_call's IQR: a bill's range. ``upfront`` (compile seconds, measured
+    once) is taken as it is; a per-call timing without a measured spread makes the range unbounded."""
+    q1, q3 = iqr(per_call)
+    if calls == 0:
+        return upfront, upfront
+    return upfront + calls * q1, upfront + calls * q3
+
+
+def cheapest(bills: dict[str, tuple[float, float]]) -> str | None:
+    """The name whose range lies wholly below every other's; None when the two lowest overlap (no verdict)."""
+    if not bills:
+        raise ValueError("no bills to compare")
+    order = sorted(bills, key=lambda k: bills[k][1])
+    if len(order) == 1:
+        return order[0]
+    best = order[0]
+    return best if all(separated(bills[best], bills[k]) and bills[best][1] < bills[k][0] for k in order[1:]) else None
+
+
+def break_even(upfront_a: float, per_a: "Timing", upfront_b: float, per_b: "Timing") -> tuple[float, float] | None:
+    """Calls after which ``a`` (dearer up front) becomes cheaper than ``b``: the range ``(low, high)`` that the
+    IQRs of both per-call timings allow; None when a is not faster per call beyond the spread (no break-even
+    to state), or when a is not dearer up front (it is cheaper from the first call)."""
+    (a1, a3), (b1, b3) = iqr(per_a), iqr(per_b)
+    if not a3 < b1 or not upfront_a > upfront_b:
+        return None
+    extra = upfront_a - upfront_b
+    return extra / (b3 - a1), extra / (b1 - a3)
 
 
 def _quantile(xs, q: float) -> float:

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from ..instruments.display import html_table, text_table
+from ..instruments.timing import NOT_DISTINGUISHABLE, Comparison
 
 VERDICTS = {True: "agrees", False: "differs", None: "not measurable here"}
 LEDGER_DIR_ENV = "SHAPELAB_LEDGER_DIR"  # where lessons save their ledgers for the course report
@@ -36,9 +37,21 @@ class Ledger:
         """Record a claim. ``agrees`` is the honest verdict computed from the measurement."""
         if agrees not in VERDICTS:
             raise ValueError("agrees must be True, False or None")
-        claim = Claim(topic, source, str(measured), VERDICTS[agrees], note)
-        self.claims = [c for c in self.claims if c.topic != topic] + [claim]  # re-running a cell replaces
+        return self._put(Claim(topic, source, str(measured), VERDICTS[agrees], note))
+
+    def _put(self, claim: Claim) -> Claim:
+        self.claims = [c for c in self.claims if c.topic != claim.topic] + [claim]  # re-running a cell replaces
         return claim
+
+    def add_timing(self, topic: str, source: str, comparison: Comparison, agrees: bool, note: str = "") -> Claim:
+        """Record a timing claim through the course's rule (``timing.compare``): the measured column is the
+        comparison as the rule words it, and when the two sides are not distinguishable beyond their spread the
+        verdict says so ("not distinguishable on this machine"), whatever ``agrees`` says."""
+        if not isinstance(comparison, Comparison):
+            raise TypeError("add_timing needs a timing.compare(...) result")
+        if not comparison.distinguishable:
+            return self._put(Claim(topic, source, str(comparison), NOT_DISTINGUISHABLE, note))
+        return self.add(topic, source, str(comparison), bool(agrees), note)
 
     def rows(self) -> list[dict]:
         return [asdict(c) for c in self.claims]
