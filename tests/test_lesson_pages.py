@@ -7,6 +7,7 @@ one lesson-helper call per cell, no cell prints library source. Each lesson's ow
 particular to it (its take-home output, its given-away phrases).
 """
 import io
+import os
 import re
 import tokenize
 from pathlib import Path
@@ -94,3 +95,168 @@ def test_one_take_home_cell_without_the_course(path):
     assert len(heads) == 1, f"{path.stem}: expected one markdown cell headed 'In your own code'"
     cell = next(c for c in cells[heads[0] + 1:] if c.cell_type == "code")
     assert "shapelab" not in cell.source and "S." not in code_only(cell.source)
+
+
+# --- What the lessons say torch does, pinned (issue 28): each test fails if its sentence becomes false. -----
+# Small functions, the eager backend, a few compiles each, in a clean compile state.
+import functools  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import shapelab as S  # noqa: E402
+
+
+def _head(x):
+    return (x * 2).sum(-1)
+
+
+def _graph_breaks(fn, *args) -> list[str]:
+    with S.isolated(), S.capture_logs("graph_breaks") as logs:
+        torch.compile(fn, backend="eager")(*args)
+    return logs.lines("graph_breaks")
+
+
+def _unbacked(*shapes):
+    tensors = [torch.randn(*s) for s in shapes]
+    for t in tensors:
+        torch._dynamo.decorators.mark_unbacked(t, 2)
+    return tensors
+
+
+def test_l07_sdpa_not_the_mask_breaks_the_graph_under_mark_unbacked():
+    """Lesson 07: the extra graphs under mark_unbacked come from a break at SDPA, with or without a mask."""
+    q = torch.randn(1, 2, 1, 16)
+    k, v = _unbacked((1, 2, 5, 16), (1, 2, 5, 16))
+    for mask in (None, torch.ones(1, 5, dtype=torch.bool)):
+        breaks = _graph_breaks(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), q, k, v)
+        assert breaks and "Could not guard on data-dependent expression" in breaks[0], breaks
+        assert "scaled_dot_product_attention" in breaks[0]
+
+    def mask_only(k):
+        P = k.shape[2]
+        return torch.ones(1, P + 1, dtype=torch.bool).tril(P).sum()
+    assert _graph_breaks(mask_only, *_unbacked((1, 2, 5, 16))) == [], "building the tril mask alone breaks now"
+
+
+@pytest.mark.parametrize("size", [0, 1])
+def test_l02_l07_mark_dynamic_on_0_or_1_raises_only_with_bounds(size):
+    for bounds, raises in (({}, False), ({"min": 0, "max": 64}, True), ({"min": 2, "max": 64}, True)):
+        x = torch.randn(size, 3)
+        torch._dynamo.mark_dynamic(x, 0, **bounds)
+        with S.isolated(), S.logs.quiet_guard_errors():
+            try:
+                torch.compile(_head, backend="eager")(x)
+                raised = None
+            except Exception as e:
+                raised = type(e).__name__
+        assert raised == ("ConstraintViolationError" if raises else None), (size, bounds, raised)
+
+
+def _recompiles(sizes, limit=8):
+    with S.isolated(), S.capture_logs("recompiles") as logs, torch._dynamo.config.patch(recompile_limit=limit):
+        compiled = torch.compile(_head, backend="eager", dynamic=False)
+        for n in sizes:
+            compiled(torch.randn(n, 3))
+    ids = [re.findall(r"- (\d+/\d+):", m) for m in logs.lines("recompiles")]
+    return ids, logs.lines("warning")
+
+
+def test_l03_l04_the_recompile_list_is_most_recently_used_first():
+    ids, _ = _recompiles([4, 8, 16])
+    assert ids[-1] == ["0/1", "0/0"]
+    ids, _ = _recompiles([4, 8, 4, 16])          # 0/0 served the third call: it moves to the front
+    assert ids[-1] == ["0/0", "0/1"], "the list is newest first now, not most recently used first"
+
+
+def test_l03_the_limit_warning_names_the_first_line_of_the_list():
+    ids, warnings = _recompiles([4, 8, 4, 16], limit=2)
+    assert len(warnings) == 1 and "recompile_limit" in warnings[0]
+    named = re.search(r"last reason: (\d+/\d+):", warnings[0]).group(1)
+    assert named == ids[-1][0] == "0/0", (named, ids)
+
+
+class _Seq(torch.nn.Sequential):
+    pass
+
+
+class _Lin(torch.nn.Linear):
+    pass
+
+
+class _Own(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 1)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def _decorate(f):
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        return f(*args, **kwargs)
+    return wrapper
+
+
+class _Decorated(_Own):
+    @_decorate
+    def forward(self, x):
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("make, function, tensor", [
+    (lambda: torch.nn.Sequential(torch.nn.Linear(3, 1)), "inner", "args[0]"),
+    (lambda: _Seq(torch.nn.Linear(3, 1)), "inner", "args[0]"),
+    (lambda: _Lin(3, 1), "inner", "args[0]"),
+    (_Own, "forward", "x"),
+    (_Decorated, "wrapper", "args[1]"),
+], ids=["Sequential", "Sequential subclass", "Linear subclass", "own forward", "decorated forward"])
+def test_l06_where_dynamo_traces_a_module(make, function, tensor):
+    model = make()
+    with S.isolated(), S.capture_logs("recompiles") as logs:
+        compiled = torch.compile(model, backend="eager")
+        compiled(torch.randn(4, 3))
+        compiled(torch.randn(7, 3))
+    log = logs.lines("recompiles")[0]
+    assert f"Recompiling function {function} " in log and f"tensor '{tensor}'" in log, log
+
+
+def test_l06_an_empty_unbacked_input_fails_differently_compiled():
+    def embed(tok, seg):
+        return tok.sum(0) + seg.amax(0)
+
+    def marked(*rows):
+        ts = [torch.randn(n, 4) for n in rows]
+        for t in ts:
+            torch._dynamo.decorators.mark_unbacked(t, 0)
+        return ts
+    with S.isolated():
+        compiled = torch.compile(embed, backend="eager")
+        compiled(*marked(6, 6))
+        raised = {}
+        for name, fn in (("eager", embed), ("compiled", compiled)):
+            with pytest.raises(Exception) as info:
+                fn(*marked(6, 0))
+            raised[name] = info.type.__name__
+    assert raised == {"eager": "IndexError", "compiled": "AssertionError"}, raised
+
+
+def test_l06_only_the_dynamic_graph_guards_the_storage_offset():
+    x_all = torch.randn(11, 3)
+    with S.isolated(), S.capture_logs("guards") as logs:
+        compiled = torch.compile(_head, backend="eager")
+        for view in (x_all[0:4], x_all[4:8], x_all[8:11]):
+            compiled(view)
+    trees = [m for m in logs.lines("guards") if "TREE_GUARD_MANAGER" in m]
+    offset = [[line for line in t.splitlines() if "storage_offset" in line] for t in trees]
+    assert len(trees) == 2 and offset[0] == [], offset
+    assert any("2 <= " in line for line in offset[1]), offset
+
+
+def test_l06_inductors_on_disk_graph_cache_is_on_by_default():
+    if "TORCHINDUCTOR_FX_GRAPH_CACHE" in os.environ:
+        pytest.skip("the environment sets TORCHINDUCTOR_FX_GRAPH_CACHE")
+    import torch._inductor.config
+    assert torch._inductor.config.fx_graph_cache is True
