@@ -9,7 +9,10 @@ def test_version_parsing_and_supported_range():
     assert compat.torch_version("2.14.0a0+git1234") == (2, 14, 0)
     assert compat.check_supported("2.13.0") is None
     assert compat.check_supported("2.11.1") is None
-    assert "newer than the course" in compat.check_supported("2.15.0")
+    assert compat.check_supported("2.15.0") is None
+    note = compat.check_supported("2.16.0")
+    assert "newer than the course" in note and all(r in note for r in compat.TESTED)
+    assert all(what in note for what in compat.MAY_DIFFER)  # outside the tested releases: what may differ
     with pytest.raises(compat.UnsupportedTorchError, match="pip install torch==2.13.0"):
         compat.check_supported("2.10.0")
     with pytest.raises(ValueError):
@@ -61,3 +64,86 @@ def test_stance_and_compile_kwargs():
     assert compat.has_set_stance()
     assert compat.current_stance() == ("default", False)
     assert compat.supports_compile_kwarg("dynamic")
+
+
+def test_compile_with_limit_bounds_one_function_with_or_without_the_keyword(monkeypatch):
+    from shapelab import isolated
+
+    for has_keyword in (True, False):  # False: 2.11's way, a config patch around each call
+        monkeypatch.setattr(compat, "supports_compile_kwarg", lambda name, has=has_keyword: has)
+        with isolated():
+            cnt = torch._dynamo.testing.CompileCounter()
+            f = compat.compile_with_limit(lambda x: x + 1, 2, backend=cnt, dynamic=False)
+            for n in range(2, 7):
+                assert torch.equal(f(torch.ones(n)), torch.ones(n) + 1)
+            assert cnt.frame_count == 2 and compat.get_recompile_limit() == 8, has_keyword
+
+
+def test_cache_entry_list_reads_a_list_or_a_linked_chain():
+    class Entry:
+        def __init__(self, nxt=None):
+            self.next = nxt
+
+    last = Entry()
+    first = Entry(Entry(last))
+    assert compat.cache_entry_list(first) == [first, first.next, last]  # 2.11: the first entry of a chain
+    assert compat.cache_entry_list([last]) == [last] and compat.cache_entry_list(None) == []
+
+
+class _Leaf:
+    def __init__(self, part, result):
+        self.part, self.result = part, result
+
+    def verbose_code_parts(self):
+        return [self.part]
+
+    def __call__(self, value):
+        if isinstance(self.result, Exception):
+            raise self.result
+        return self.result
+
+
+class _Manager:
+    def __init__(self, leaves, children=(), epilogue=(), source="L"):
+        self.leaves, self.children, self.epilogue, self.source = leaves, children, epilogue, source
+
+    def get_leaf_guards(self):
+        return self.leaves
+
+    def get_child_managers(self):
+        return self.children
+
+    def get_epilogue_lambda_guards(self):
+        return self.epilogue
+
+    def get_source(self):
+        return self.source
+
+
+def test_a_guard_whose_recheck_raises_is_unknown_not_failed():
+    """One-element ``lengths`` against a graph built for two: ``L['lengths'][1]`` cannot be read, so the guards on
+    it are neither failed nor passed; only the length check, which torch stopped at, failed."""
+    epilogue = [_Leaf("L['x'].size()[1] == L['lengths'][1]", None), _Leaf("L['x'].size()[0] == 4", None)]
+    root = _Manager([_Leaf("len(L['lengths']) == 2", False), _Leaf("L['x'] is not None", RuntimeError("C++ said no"))],
+                    children=[_Manager([_Leaf("L['lengths'][1] == 5", True)], source="L['lengths'][1]")],
+                    epilogue=[type("Epilogue", (), {"verbose_code_parts": lambda self: [g.part for g in epilogue]})()])
+    manager = type("GM", (), {"root": root, "global_scope": {"G": {}}, "closure_vars": {}})()
+    unknown = []
+    failed = compat.every_failed_guard(manager, {"x": torch.ones(4, 3), "lengths": [3]}, unknown)
+    assert failed == ["len(lengths) == 2"]  # in torch's words, local scope stripped
+    assert unknown == ["x is not None", "x.size()[1] == lengths[1]"]
+    assert compat.every_failed_guard(manager, {"x": torch.ones(5, 3), "lengths": [3]}) == [
+        "len(lengths) == 2", "x.size()[0] == 4"]  # a part that can be read and is false still fails
+
+
+def test_aliasing_is_reported_once_from_torchs_own_reason_and_nothing_else():
+    from shapelab import isolated
+
+    seen = {}
+    with isolated(), compat.recompile_failures(seen.__setitem__):
+        f = torch.compile(lambda a, b: a + b, backend="eager", dynamic=False)
+        x = torch.ones(3)
+        f(x, x)  # one tensor twice: the graph is built for aliased inputs
+        f(x, torch.ones(3))  # two tensors: a recompile, and the only cause is the aliasing
+    (every,) = [v.every for v in seen.values()]
+    assert len(every) == 1 and len(every[0]) == 1 and ("Duplicate tensor" in every[0][0] or " is " in every[0][0]), every

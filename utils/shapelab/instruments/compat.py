@@ -14,7 +14,10 @@ from typing import Callable
 import torch
 
 PINNED = "2.13.0"
-SUPPORTED = ((2, 11), (2, 14))  # inclusive range of (major, minor)
+SUPPORTED = ((2, 11), (2, 15))  # inclusive range of (major, minor): the releases the version matrix passed
+TESTED = ("2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0")  # each has a record in versions/ (README, "Versions")
+MAY_DIFFER = ("which guards are installed and their kinds", "the wording of recompile reasons and graph-break messages",
+              "config and torch.compile keyword names", "the classes of torch's log handlers")
 
 
 class UnsupportedTorchError(ImportError):
@@ -46,17 +49,27 @@ def check_supported(version: str | None = None) -> str | None:
     if major_minor > high:
         return (
             f"PyTorch {text} is newer than the course has been tested with "
-            f"({low[0]}.{low[1]} to {high[0]}.{high[1]}); counts and messages may differ. "
+            f"({', '.join(TESTED)}); what may differ: {'; '.join(MAY_DIFFER)}. "
             "Trust what you measure, and compare with the claims ledger."
         )
     return None
 
 
 def differs_from_pin() -> str | None:
-    """A sentence when the installed PyTorch is not the pinned one, else None."""
+    """A sentence when the installed PyTorch is not the pinned one (with what moved in it), else None."""
     if torch.__version__.split("+")[0] == PINNED:
         return None
-    return f"You run PyTorch {torch.__version__}; the course's figures were checked on {PINNED}."
+    moved = release_differences()
+    return (f"You run PyTorch {torch.__version__}; the course's figures were checked on {PINNED}"
+            + (f". Here: {'; '.join(moved)}." if moved else "."))
+
+
+def release_differences() -> list[str]:
+    """What this module knows to differ from the pin in the installed release, each read from torch itself."""
+    out = []
+    if not supports_compile_kwarg("recompile_limit"):
+        out.append(f"torch.compile takes no recompile_limit= keyword (set torch._dynamo.config.{recompile_limit_name()})")
+    return out
 
 
 # --- renamed configuration -------------------------------------------------------------------
@@ -93,10 +106,30 @@ def recompile_limit_patch(limit: int) -> dict:
 
 
 def supports_compile_kwarg(name: str) -> bool:
-    """Whether ``torch.compile`` accepts keyword ``name`` here (``recompile_limit`` is new in 2.13)."""
+    """Whether ``torch.compile`` accepts keyword ``name`` here (``recompile_limit``: from 2.12)."""
     import inspect
 
     return name in inspect.signature(torch.compile).parameters
+
+
+def compile_with_limit(fn: Callable, limit: int, **kwargs) -> Callable:
+    """``torch.compile(fn, recompile_limit=limit, **kwargs)``: a recompile limit for this one function.
+
+    2.11's ``torch.compile`` has no such keyword; there the function is compiled without it and each call
+    runs under ``torch._dynamo.config.patch(recompile_limit=limit)``, which Dynamo reads when it decides
+    whether to recompile: the same count for this function, the global limit untouched between calls.
+    """
+    if supports_compile_kwarg("recompile_limit"):
+        return torch.compile(fn, recompile_limit=limit, **kwargs)
+    compiled = torch.compile(fn, **kwargs)
+    patch = recompile_limit_patch(limit)
+
+    @functools.wraps(fn)
+    def limited(*args, **kw):
+        with torch._dynamo.config.patch(**patch):
+            return compiled(*args, **kw)
+
+    return limited
 
 
 # --- moved functions -------------------------------------------------------------------------
@@ -167,14 +200,15 @@ def recompile_failures(record: Callable[[str, list[str]], None]):
         compile_id = torch._guards.CompileContext.current_compile_id()
         skip = kwargs.get("skip_logging", args[1] if len(args) > 1 else False)
         if compile_id is not None and not skip:
-            every = []
-            for entry, reason in zip(cache_entries, reasons):
+            every, unknown = [], []
+            for entry, reason in zip(cache_entry_list(cache_entries), reasons):
                 first = _strip(re.sub(r"^\d+/\d+: ", "", reason).split("\nUser stack")[0])
-                found = every_failed_guard(entry.guard_manager, frame.f_locals)
-                if "Duplicate tensor" in first or not found:
+                unknown.append([])
+                found = every_failed_guard(entry.guard_manager, frame.f_locals, unknown[-1])
+                if ("Duplicate tensor" in first or _OBJECT_IS.match(first) or not found) and first not in found:
                     found = [first] + found  # aliasing is relational: only torch's own check tells it
                 every.append(found)
-            record(str(compile_id), FailureList(reasons, every))
+            record(str(compile_id), FailureList(reasons, every, unknown))
         return reasons
 
     convert_frame.get_and_maybe_log_recompilation_reasons = wrapper
@@ -184,6 +218,17 @@ def recompile_failures(record: Callable[[str, list[str]], None]):
         convert_frame.get_and_maybe_log_recompilation_reasons = original
 
 
+def cache_entry_list(entries) -> list:
+    """Dynamo's cache entries as a list: 2.13 passes a list, 2.11 the first entry of a linked list (``.next``)."""
+    if entries is None or isinstance(entries, (list, tuple)):
+        return list(entries or ())
+    out = []
+    while entries is not None:
+        out.append(entries)
+        entries = getattr(entries, "next", None)
+    return out
+
+
 # --- every failed guard of every cached graph ----------------------------------------------------
 
 class FailureList(list):
@@ -191,10 +236,12 @@ class FailureList(list):
     Dynamo's checking order), with ``every``: for each of those graphs, every guard of it the call failed."""
 
     every: list[list[str]]
+    unknown: list[list[str]]  # per graph, the guards whose re-check raised: neither failed nor passed
 
-    def __init__(self, reasons, every=None):
+    def __init__(self, reasons, every=None, unknown=None):
         super().__init__(reasons)
         self.every = every if every is not None else [[] for _ in reasons]
+        self.unknown = unknown if unknown is not None else [[] for _ in reasons]
 
 
 _TENSOR_MATCH = re.compile(r"check_tensor\((?P<src>.+?), \w+, DispatchKeySet\([^)]*\), (?P<dtype>torch\.\w+), "
@@ -243,24 +290,29 @@ def _tensor_mismatches(part: str, t) -> list[str]:
     return out or [f"tensor '{name}' device or dispatch keys mismatch"]
 
 
-def every_failed_guard(guard_manager, f_locals: dict) -> list[str]:
+def every_failed_guard(guard_manager, f_locals: dict, unknown: list[str] | None = None) -> list[str]:
     """Every guard of one cached graph that fails for the frame locals ``f_locals``, in torch's wording.
 
     Torch reports only the first failed guard of each cached graph; to find the graph that would have
     served a call (the one that fails least) we walk its whole guard tree: each leaf evaluated on the
     value its source names, then the shape guards checked last. Returns [] if the walk cannot be done.
+    A guard whose re-check raises (it reads ``L['lengths'][1]`` of a one-element list: torch stopped at an
+    earlier guard of the list) is not a failure: it goes to ``unknown`` when a list is given.
+    Guards that hold only together (aliasing, overlap: ``_RELATIONAL``) are left to torch's own first reason.
     """
+    unknown = [] if unknown is None else unknown
     root = getattr(guard_manager, "root", None)
     if root is None or getattr(guard_manager, "global_scope", None) is None:
         return []
     scope = {"L": f_locals, "G": guard_manager.global_scope["G"], **(guard_manager.closure_vars or {})}
     glob = dict(guard_manager.global_scope)
 
-    def holds(part: str) -> bool | str:
+    def holds(part: str) -> bool | str | None:
+        """True or False, a guard's own failure text, or None when evaluating the part raised."""
         try:
             value = eval(part, glob, scope)
         except Exception:
-            return False
+            return None
         return value if isinstance(value, str) else bool(value)
 
     def leaf_failures(leaf, value) -> list[str]:
@@ -274,19 +326,20 @@ def every_failed_guard(guard_manager, f_locals: dict) -> list[str]:
                 return ["GLOBAL_STATE changed"]
         for part in parts:  # the first part that fails, in torch's words (a guard may return its own text)
             result = holds(part)
-            if result is not True:
+            if result is not True and result is not None:  # torch's check failed: a part that raises is no wording
                 return [_strip(result if isinstance(result, str) else part)]
         return [_strip(p) for p in parts[:1]]
 
     def walk(manager, value) -> list[str]:
         out: list[str] = []
         for leaf in manager.get_leaf_guards():
-            if leaf.verbose_code_parts()[:1] and leaf.verbose_code_parts()[0].startswith(_RELATIONAL):
+            if _is_relational(leaf):
                 continue  # relational guards keep state across leaves: torch's own first reason reports them
             try:
                 ok = leaf(value)
             except Exception:
-                ok = False
+                unknown.extend(_strip(p) for p in leaf.verbose_code_parts()[:1])
+                continue
             if not ok:
                 out += leaf_failures(leaf, value)
         for child in manager.get_child_managers():
@@ -300,14 +353,30 @@ def every_failed_guard(guard_manager, f_locals: dict) -> list[str]:
     try:
         failed = walk(root, f_locals)
         for leaf in root.get_epilogue_lambda_guards():
-            failed += [_strip(p) + (f"  # {where}" if (where := where_in_user_code(p)) else "")
-                       for p in leaf.verbose_code_parts() if holds(p) is not True]
+            for p in leaf.verbose_code_parts():
+                result = holds(p)
+                if result is None:
+                    unknown.append(_strip(p))
+                elif result is not True:
+                    failed.append(_strip(p) + (f"  # {where}" if (where := where_in_user_code(p)) else ""))
     except Exception:
         return []
     return failed
 
 
+_OBJECT_IS = re.compile(r"^\S+ is \S+$")  # an OBJECT_ALIASING guard's failure, as torch words it: "L['b'] is L['a']"
 _RELATIONAL = ("check_no_aliasing", "___check_obj_aliasing", "check_overlapping", "___check_overlapping")
+
+
+def _is_relational(leaf) -> bool:
+    """A guard over two sources at once (OBJECT_ALIASING ``L['b'] is L['a']``, tensor aliasing, overlap): it
+    keeps state between its two halves, so one half checked alone says nothing. Known by its class
+    (``RelationalGuard``, the base of all three in 2.11-2.15), else by the wording of its code."""
+    relational = getattr(torch._C._dynamo.guards, "RelationalGuard", None)
+    if relational is not None and isinstance(leaf, relational):
+        return True
+    parts = leaf.verbose_code_parts()
+    return bool(parts) and parts[0].startswith(_RELATIONAL)
 
 
 @functools.lru_cache(maxsize=4096)

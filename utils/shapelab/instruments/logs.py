@@ -127,11 +127,16 @@ def quiet_dynamo_stderr() -> Iterator[None]:
         for n in names:
             lg = logging.getLogger(n)
             # A NullHandler in their place: with no handler at all, logging's lastResort prints anyway.
-            lg.handlers[:] = [h for h in lg.handlers if type(h) is not logging.StreamHandler] + [logging.NullHandler()]
+            lg.handlers[:] = [h for h in lg.handlers if not _prints(h)] + [logging.NullHandler()]
         yield
     finally:
         for n, hs in saved.items():
             logging.getLogger(n).handlers[:] = hs
+
+
+def _prints(handler: logging.Handler) -> bool:
+    """A handler that writes to a terminal stream: torch's own (a StreamHandler, or 2.15's subclass of it), not a file."""
+    return isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..instruments import compat
 from ..instruments.bucketing import check_bucket_set, expected_waste, optimal_buckets
 from ..instruments.traffic import request_lengths
 from ..labkit.answers import course_calls, flipped_feedback, one_thread, shortcut_feedback, watch_settings
@@ -238,7 +239,7 @@ def check_masked_mean(fn: Callable, max_len: int = 32, *, features: int = 3, see
     signatures = set()
     with isolated(), torch.no_grad(), watch_settings() as changed:
         cnt = CompileCounter()
-        compiled = torch.compile(fn, dynamic=False, backend=cnt, recompile_limit=4 * max_len)
+        compiled = compat.compile_with_limit(fn, 4 * max_len, dynamic=False, backend=cnt)
         for spec in masked_batch_specs(rng, max_len, features):
             x, mask, reference = masked_batch(spec, gen)
             signatures.add((tuple(x.shape), x.dtype))

@@ -147,17 +147,7 @@ def compile_kwargs() -> dict[str, bool]:
     return {name: compat.supports_compile_kwarg(name) for name in ("recompile_limit", "isolate_recompiles")}
 
 
-def compile_with_limit(fn: Callable, limit: int, **kwargs) -> Callable:
-    """``torch.compile(fn, recompile_limit=limit, ...)`` where the release takes it (2.13 does).
-
-    Older releases have no per-function limit: there the only knob is the global
-    ``torch._dynamo.config.recompile_limit``, which this does not touch; it raises instead, saying so.
-    """
-    if compat.supports_compile_kwarg("recompile_limit"):
-        return torch.compile(fn, recompile_limit=limit, **kwargs)
-    raise NotImplementedError(
-        f"PyTorch {torch.__version__}'s torch.compile has no recompile_limit=; use "
-        f"torch._dynamo.config.patch({compat.recompile_limit_name()}={limit}) around the calls instead")
+compile_with_limit = compat.compile_with_limit  # the bench's "recompile_limit=" fix, on every release
 
 
 def limit_fallbacks() -> int:
