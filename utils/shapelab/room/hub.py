@@ -8,6 +8,7 @@ can be read in one file and the tests run the same configuration with one servic
 from __future__ import annotations
 
 import json
+import os
 import pwd
 import sys
 from dataclasses import asdict, dataclass, field
@@ -21,16 +22,16 @@ SERVICE = "room"
 
 @dataclass
 class Room:
-    course: str                       # the course's folder: labs/ and notebooks/ are copied from it
+    course: str                       # what learners get of the course (accounts.course_copy): labs/, notebooks/
     state: str                        # the room's own files: databases, passwords, cookie secret, warmed cache
     homes: str                        # learners' homes are made under it
     instructor: str = "instructor"    # the hub's admin; the only one who sees the room's page
     learners: list[str] | None = None  # the roster; None: anyone may sign up on first login
     ip: str = ""                      # "" listens on every interface
-    port: int = 8000
-    proxy_api_port: int = 8001
-    hub_port: int = 8081
-    service_port: int = 10101
+    port: int = 8000                  # the hub's public port, behind its proxy
+    proxy_api_port: int = 8001        # the proxy's own API (loopback)
+    hub_port: int = 8081              # the hub's API, where servers and services reach it (loopback)
+    service_port: int = 10101         # the room service (loopback)
     db: str = ""                      # the room service's store (default: SQLite in state)
     idle_timeout: int = 3600          # seconds before an idle server is stopped
     mem_limit: str = "2G"             # per learner (advisory with LocalProcessSpawner; see INSTRUCTOR.md)
@@ -56,11 +57,19 @@ def write_config(room: Room, extra: str = "") -> Path:
     state = Path(room.state)
     state.mkdir(parents=True, exist_ok=True)
     state.chmod(0o700)  # passwords, secrets and the store are root's alone
-    (state / "room.json").write_text(json.dumps(asdict(room), indent=1))
+    _write_private(state / "room.json", json.dumps(asdict(room), indent=1))
     config = state / "jupyterhub_config.py"
-    config.write_text("from shapelab.room.hub import configure, load\n"
-                      f"configure(c, load({str(state / 'room.json')!r}))\n" + extra)
+    _write_private(config, "from shapelab.room.hub import configure, load\n"
+                           f"configure(c, load({str(state / 'room.json')!r}))\n" + extra)
     return config
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, readable by its owner only (it may hold the store's password or a token)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def load(path) -> Room:
@@ -77,6 +86,7 @@ def configure(c, room: Room) -> None:
     c.ConfigurableHTTPProxy.pid_file = str(state / "proxy.pid")
     c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
     c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
+    c.JupyterHub.cleanup_servers = c.JupyterHub.cleanup_proxy = True  # a stopped hub leaves nothing running
     if room.ssl_cert:
         c.JupyterHub.ssl_cert, c.JupyterHub.ssl_key = room.ssl_cert, room.ssl_key
 
@@ -96,6 +106,7 @@ def configure(c, room: Room) -> None:
     c.Spawner.default_url = LANDING
     c.Spawner.notebook_dir = "~"
     c.Spawner.mem_limit, c.Spawner.cpu_limit = room.mem_limit, room.cpu_limit
+    c.LocalProcessSpawner.popen_kwargs = {"umask": 0o077}  # what a learner's server and kernels write is theirs alone
     c.Spawner.http_timeout = c.Spawner.start_timeout = 120
     prefix = f"/services/{SERVICE}"
     c.Spawner.environment = {
@@ -122,14 +133,15 @@ def configure(c, room: Room) -> None:
     python = room.python
     c.JupyterHub.services = [
         {"name": SERVICE, "url": f"http://127.0.0.1:{room.service_port}", "oauth_no_confirm": True,
-         "command": [python, "-m", "shapelab.room.service", "--db", room.store_url],
-         "environment": {"SHAPELAB_ROOM_INSTRUCTORS": room.instructor}, "display": True},
+         "command": [python, "-m", "shapelab.room.service"],  # the store's URL may hold a password: not in argv
+         "environment": {"SHAPELAB_ROOM_INSTRUCTORS": room.instructor, "SHAPELAB_ROOM_DB": room.store_url},
+         "display": True},
         {"name": "idle-culler",
          "command": [python, "-m", "jupyterhub_idle_culler", f"--timeout={room.idle_timeout}", "--cull-every=300"]},
     ]
     c.JupyterHub.load_roles = [
         {"name": "user", "scopes": ["self", f"access:services!service={SERVICE}"]},
-        {"name": "room-service", "services": [SERVICE], "scopes": ["list:users", "read:users:name"]},
+        {"name": "room-service", "services": [SERVICE], "scopes": ["list:users", "read:users:name", "read:servers"]},
         {"name": "idle-culler", "services": ["idle-culler"],
          "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]},
     ]

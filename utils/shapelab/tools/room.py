@@ -1,17 +1,21 @@
 """Start a room: a live lab session on JupyterHub on this machine, with the room's predictions in view.
 
-    python -m shapelab.tools.room                          # a room of 30; anyone signs up on first login
     python -m shapelab.tools.room --roster roster.txt      # only these learners (one name a line)
+    python -m shapelab.tools.room                          # anyone signs up on first login
     python -m shapelab.tools.room --check                  # say what is missing and what it would run
 
 It runs a real JupyterHub (run as root: it makes each learner an OS user) behind its proxy,
 ``configurable-http-proxy`` (found on PATH, or installed with npm when npm is there). Learners log
-in with a name and choose their password on first login; each gets a home with their own copy of
-``labs/`` and the lessons read-only in ``notebooks/``, and lands in JupyterLab on lesson 00. The
-instructor (``--instructor``, the hub's admin) opens ``/services/room/`` for the room's predictions
-and lab progress. Inductor's cache is warmed once for the room (``tools.warmup``) and copied into
-every learner's own cache (Inductor writes lock files beside what it reads). Idle servers stop after
-``--idle-timeout`` seconds.
+in with a name and choose their password on first login; each gets a private home with their own
+copy of ``labs/`` and the lessons read-only in ``notebooks/``, and lands in JupyterLab on lesson 00.
+Learners' servers run a Python of their own beside ``--state`` (links to the course's packages) and
+a copy of the course holding only ``notebooks/``, ``labs/`` and the library: they never read the
+repository, which must therefore be closed to other users (``--check`` says how). The instructor
+(``--instructor``, the hub's admin) opens ``/services/room/`` for the room's predictions and lab
+progress. Once the hub answers, Inductor's cache is warmed in the background (``tools.warmup``,
+only the lessons that fill it) and copied into every learner's own cache at their server's start.
+Idle servers stop after ``--idle-timeout`` seconds. Ctrl-C stops the hub, its proxy and services,
+every learner's server and kernel.
 """
 from __future__ import annotations
 
@@ -19,8 +23,16 @@ import argparse
 import importlib.util
 import os
 import shutil
+import signal
+import socket
+import stat
 import subprocess
 import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 COURSE = Path(__file__).resolve().parents[3]  # utils/shapelab/tools/room.py -> the course's folder
@@ -28,6 +40,9 @@ COURSE = Path(__file__).resolve().parents[3]  # utils/shapelab/tools/room.py -> 
 # CI and full size, CPU, measured); 2 GiB leaves room for the server, the lessons not measured and the
 # learner's own experiments
 MEM_PER_LEARNER_GIB = 2
+DEFAULT_LEARNERS = 30       # what the limits are sized for without a roster or --learners
+OPEN_TIMEOUT = 120          # seconds the hub may take to answer its login page
+STOP_TIMEOUT = 30           # seconds the hub may take to stop its servers, services and proxy
 
 
 def find_proxy(install: bool, say=print) -> str | None:
@@ -46,8 +61,26 @@ def find_proxy(install: bool, say=print) -> str | None:
     return shutil.which("configurable-http-proxy")
 
 
-def problems(args, proxy: str | None) -> list[str]:
+def ports(args) -> dict[str, tuple[str, int]]:
+    """Each port the room listens on: ``{flag: (address, port)}``."""
+    public = args.ip or "0.0.0.0"
+    return {"--port": (public, args.port), "--hub-api-port": ("127.0.0.1", args.hub_api_port),
+            "--proxy-api-port": ("127.0.0.1", args.proxy_api_port), "--service-port": ("127.0.0.1", args.service_port)}
+
+
+def port_in_use(address: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((address, port))
+        except OSError:
+            return True
+    return False
+
+
+def problems(args, proxy: str | None, course: Path = COURSE) -> list[str]:
     """What stops a room from starting here, one line each (empty: ready)."""
+    from shapelab.room.accounts import NAME, readable_by_others
+
     out = []
     for module, package in [("jupyterhub", "jupyterhub"), ("firstuseauthenticator", "jupyterhub-firstuseauthenticator"),
                             ("jupyterhub_idle_culler", "jupyterhub-idle-culler")]:
@@ -61,6 +94,20 @@ def problems(args, proxy: str | None) -> list[str]:
         out.append("missing: useradd (the shadow/passwd package)")
     if args.roster and not Path(args.roster).is_file():
         out.append(f"no roster file at {args.roster}")
+    elif args.roster:
+        bad = [n for n in read_roster(args.roster) if not NAME.fullmatch(n)]
+        if bad:
+            out.append(f"not OS user names in {args.roster} (lower-case letters, digits, - and _): {', '.join(bad)}")
+    if readable_by_others(course):
+        out.append(f"the course's folder {course} is open to other users: learners could read solutions/, tests/ "
+                   f"and .git there; close it (learners get a copy of what they need): chmod o-rwx {course}")
+    taken = ports(args)
+    if len({port for _, port in taken.values()}) < len(taken):
+        out.append("two of " + ", ".join(taken) + " are the same port")
+    for flag, (address, port) in taken.items():
+        if port_in_use(address, port):
+            out.append(f"port {port} on {address} ({flag}) is in use: another room or program listens there; "
+                       f"choose another with {flag}")
     return out
 
 
@@ -87,61 +134,219 @@ def read_roster(path: str) -> list[str]:
     return [l for l in lines if l]
 
 
+def store_url(args, error) -> str:
+    """The room service's store: ``--db`` (no password: it would be on this command's line) or ``--db-file``."""
+    if args.db and urllib.parse.urlsplit(args.db).password:
+        error("--db holds a password, which every user of this machine could read on the command line: "
+              "write the URL into a file only root reads (chmod 600) and pass --db-file")
+    if not args.db_file:
+        return args.db
+    mode = os.stat(args.db_file).st_mode
+    if mode & 0o077:
+        error(f"--db-file {args.db_file} is readable by others (mode {stat.filemode(mode)}): chmod 600 {args.db_file}")
+    return Path(args.db_file).read_text().strip()
+
+
+def open_url(url: str, timeout: float) -> bool:
+    """Wait until ``url`` answers 200 (True), or ``timeout`` passes (False)."""
+    import ssl
+
+    deadline = time.monotonic() + timeout
+    context = ssl._create_unverified_context() if url.startswith("https") else None  # our own certificate, any name
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=context) as r:
+                if r.status == 200:
+                    return True
+        except (OSError, urllib.error.URLError):
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def descendants(pid: int) -> list:
+    """Every process under ``pid`` (psutil processes), children first listed; [] when it is gone."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def stop_all(hub: subprocess.Popen, others: list, proxy_pid_file: Path, say=print) -> None:
+    """Stop the hub as JupyterHub stops (SIGTERM: it stops every server, its services and its proxy),
+    then kill what is left of the processes seen under it, by PID and process group, waiting a bounded time."""
+    import psutil
+
+    seen = [*descendants(hub.pid), *others]
+    for p in others:
+        seen += descendants(p.pid)
+    try:
+        seen.append(psutil.Process(int(proxy_pid_file.read_text())))
+    except (OSError, ValueError, psutil.Error):
+        pass
+    for p in others:
+        _signal_group(p.pid, signal.SIGTERM)
+    if hub.poll() is None:
+        hub.send_signal(signal.SIGTERM)
+        try:
+            hub.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            say(f"the hub did not stop within {STOP_TIMEOUT} s: killing it")
+    left = [p for p in [psutil.Process(hub.pid) if hub.poll() is None else None, *seen] if p is not None and _alive(p)]
+    for p in left:
+        _signal_group(p.pid, signal.SIGKILL)
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(left, timeout=5)
+    hub.poll()
+    for p in others:
+        p.poll()
+    if left:
+        say(f"killed {len(left)} process(es) left after the hub stopped")
+
+
+def _alive(p) -> bool:
+    import psutil
+
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Signal the process group led by ``pid`` (servers and the warm-up lead their own, with their kernels)."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+    except OSError:
+        pass
+
+
+def _relay(stream, prefix: str) -> None:
+    for line in stream:
+        print(prefix + line.rstrip("\n"), flush=True)
+
+
 def main(argv=None) -> int:
-    """Check, warm up, write the hub's configuration and run JupyterHub until stopped."""
+    """Check, make the learners' course and Python, run JupyterHub until stopped, warming the cache meanwhile."""
     p = argparse.ArgumentParser(prog="python -m shapelab.tools.room", description=__doc__.split("\n\n")[0],
                                 epilog="See INSTRUCTOR.md, 'Running a session with the room'.")
     p.add_argument("--roster", help="a file with one learner name a line (default: anyone may sign up on first login)")
     p.add_argument("--instructor", default="instructor", help="the instructor's (the hub admin's) user name")
-    p.add_argument("--learners", type=int, default=30, help="how many learners to size the limits for (default 30)")
+    p.add_argument("--learners", type=int, help="how many learners to size the limits for "
+                                                f"(default: the roster's, else {DEFAULT_LEARNERS})")
     p.add_argument("--ip", default="", help="the address to listen on (default: every interface)")
-    p.add_argument("--port", type=int, default=8000, help="the hub's public port (default 8000)")
-    p.add_argument("--state", default="/srv/shapelab-room", help="the room's files: databases, passwords, warmed cache")
+    p.add_argument("--port", type=int, default=8000, help="the hub's public port, learners' URL (default 8000)")
+    p.add_argument("--hub-api-port", type=int, default=8081, help="the hub's API on the loopback (default 8081)")
+    p.add_argument("--proxy-api-port", type=int, default=8001, help="the proxy's API on the loopback (default 8001)")
+    p.add_argument("--service-port", type=int, default=10101, help="the room service on the loopback (default 10101)")
+    p.add_argument("--state", default="/srv/shapelab-room", help="the room's files: databases, passwords, warmed cache "
+                                                                 "(learners' Python and course go beside it)")
     p.add_argument("--homes", default="/home", help="where learners' homes are made (default /home)")
-    p.add_argument("--db", default="", help="the room service's store: a SQLAlchemy URL (default SQLite in --state; "
-                                            "postgresql://... for a hub on several machines)")
+    p.add_argument("--db", default="", help="the room service's store: a SQLAlchemy URL without a password (default "
+                                            "SQLite in --state; postgresql://... for a hub on several machines)")
+    p.add_argument("--db-file", default="", help="a file only root reads holding the store's URL (with its password)")
     p.add_argument("--idle-timeout", type=int, default=3600, help="seconds before an idle server is stopped")
     p.add_argument("--warmup-scale", default="auto", choices=("auto", "ci", "full"),
                    help="the SCALE to warm Inductor's cache for (default auto)")
     p.add_argument("--no-warmup", action="store_true", help="skip warming Inductor's cache")
     p.add_argument("--ssl-cert", default="", help="TLS certificate (serve https)")
     p.add_argument("--ssl-key", default="", help="TLS key")
+    p.add_argument("--extra-config", default="", help="a Python file appended to the hub's configuration")
     p.add_argument("--check", action="store_true", help="only say what is missing and what the room would be")
     args = p.parse_args(argv)
-    if args.learners < 1:
+    if args.learners is not None and args.learners < 1:
         p.error("--learners must be at least 1")
+    db = store_url(args, p.error)
 
+    from shapelab.room import accounts
     from shapelab.room.hub import Room, write_config
 
+    learners = read_roster(args.roster) if args.roster and Path(args.roster).is_file() else None
+    count = args.learners or (len(learners) if learners else DEFAULT_LEARNERS)
     proxy = find_proxy(install=not args.check)
-    mem, cpu, threads, line = sizing(args.learners)
+    mem, cpu, threads, line = sizing(count)
     print(line)
     missing = problems(args, proxy)
     for m in missing:
         print(m)
-    learners = read_roster(args.roster) if args.roster and Path(args.roster).is_file() else None
-    room = Room(course=str(COURSE), state=args.state, homes=args.homes, instructor=args.instructor, learners=learners,
-                ip=args.ip, port=args.port, db=args.db, idle_timeout=args.idle_timeout, mem_limit=mem, cpu_limit=cpu,
-                threads=threads, ssl_cert=args.ssl_cert, ssl_key=args.ssl_key)
+    state = Path(args.state).resolve()
+    beside = state.with_name(state.name + "-learners")  # readable by learners, unlike the state
+    room = Room(course=str(beside / "course"), state=str(state), homes=args.homes, instructor=args.instructor,
+                learners=learners, ip=args.ip, port=args.port, proxy_api_port=args.proxy_api_port,
+                hub_port=args.hub_api_port, service_port=args.service_port, db=db, idle_timeout=args.idle_timeout,
+                mem_limit=mem, cpu_limit=cpu, threads=threads, ssl_cert=args.ssl_cert, ssl_key=args.ssl_key)
     who = f"{len(learners)} learners from {args.roster}" if learners is not None else "anyone who signs up"
-    print(f"room: {who}; instructor {args.instructor}; hub on port {args.port}; store {room.store_url}")
+    where = ", ".join(f"{flag} {port}" for flag, (_, port) in ports(args).items())
+    print(f"room: {who}; instructor {args.instructor}; ports {where}; state {state}")
     if args.check:
         print("READY" if not missing else "NOT READY")
         return 0 if not missing else 1
     if missing:
+        print("NOT READY: the room did not start")
         return 1
-    from shapelab.room.accounts import learner_python
-    room.learner_python = learner_python(sys.executable, Path(f"{args.state.rstrip('/')}-python"))
-    config = write_config(room)
-    if not args.no_warmup:
-        # with the learners' own Python: Inductor's cache keys include the interpreter, so a cache
-        # warmed by another Python would not answer their compiles
-        print(f"warming Inductor's cache for the room in {room.cache} (--no-warmup to skip)", flush=True)
-        subprocess.call([room.learner_python, "-m", "shapelab.tools.warmup", "--scale", args.warmup_scale,
-                         "--cache-dir", str(room.cache)])
-    print(f"starting JupyterHub with {config}; the instructor's page: /services/room/", flush=True)
+
+    start = time.monotonic()
+    beside.mkdir(parents=True, exist_ok=True)
+    beside.chmod(0o755)
+    accounts.course_copy(COURSE, Path(room.course))
+    room.learner_python = accounts.learner_env(sys.executable, Path(room.course), beside / "python")
+    for name in learners or []:  # accounts made once, kept after; homes made private at every start
+        user = accounts.ensure_user(name, Path(args.homes))
+        accounts.make_private(Path(user.pw_dir), user)
+    print(f"learners' course and Python in {beside}, {len(learners or [])} accounts ready "
+          f"({time.monotonic() - start:.1f} s)", flush=True)
+    extra = Path(args.extra_config).read_text() if args.extra_config else ""
+    config = write_config(room, extra)
     env = dict(os.environ, PATH=f"{Path(proxy).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    return subprocess.call([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=args.state, env=env)
+    # its own session: Ctrl-C reaches this command only, which stops the hub in order (stop_all)
+    hub = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=state, env=env,
+                           start_new_session=True)
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    others: list[subprocess.Popen] = []
+    try:
+        scheme = "https" if args.ssl_cert else "http"
+        url = f"{scheme}://{args.ip or '127.0.0.1'}:{args.port}"
+        if not _wait(lambda: open_url(f"{url}/hub/login", 1), hub, stopping, OPEN_TIMEOUT):
+            return hub.returncode or 1
+        print(f"the room is open at {url}/ ({time.monotonic() - start:.0f} s after the command); "
+              f"the instructor's page: {url}/services/room/; Ctrl-C stops it", flush=True)
+        if not args.no_warmup:
+            # with the learners' own Python: Inductor's cache keys include the interpreter
+            print(f"warming Inductor's cache in the background, niced (--no-warmup to skip): learners who start "
+                  f"before it ends get what it holds by then and compile the rest themselves", flush=True)
+            warm = subprocess.Popen(["nice", "-n", "10", room.learner_python, "-m", "shapelab.tools.warmup",
+                                     "--scale", args.warmup_scale, "--cache-dir", str(room.cache)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True)
+            others.append(warm)
+            threading.Thread(target=_relay, args=(warm.stdout, "warm-up: "), daemon=True).start()
+        _wait(lambda: False, hub, stopping, None)
+        return 0 if stopping.is_set() else (hub.returncode or 1)
+    finally:
+        print("stopping the room: the hub, its proxy and services, every learner's server and kernel", flush=True)
+        stop_all(hub, others, state / "proxy.pid")
+        print("the room is stopped", flush=True)
+
+
+def _wait(done, hub: subprocess.Popen, stopping: threading.Event, timeout: float | None) -> bool:
+    """Wait until ``done()``; False when the hub exits, Ctrl-C comes, or ``timeout`` passes first."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not done():
+        if hub.poll() is not None or stopping.is_set():
+            return False
+        if deadline is not None and time.monotonic() > deadline:
+            print(f"the hub did not answer within {timeout} s")
+            return False
+        stopping.wait(0.3)
+    return True
 
 
 if __name__ == "__main__":

@@ -17,6 +17,14 @@ Some sections are meant to show a real compile. They use
 only: warm-up does not shorten them, on purpose. The command lists them, lesson by lesson, with
 the time each took here, so the instructor can say "this one will take a few seconds: watch it".
 
+Only what fills the cache is run: each warm-up writes what every lesson added to the cache into
+the cache's own record (``shapelab-warmup.json``), keyed by the notebook's content, the SCALE, the
+PyTorch version and the device; a later warm-up into the same cache skips the lessons it already
+ran. ``warmup_record.json`` beside this module is such a record from an empty cache, kept with the
+course: a lesson it says adds nothing at the room's scale (on a CPU at SCALE=ci most lessons compile
+with cheap backends) is skipped, and a lesson changed since runs again. ``--all`` runs every lesson;
+to renew the kept record, warm an empty cache with ``--all`` and copy its ``shapelab-warmup.json``.
+
 The cache is per user and per machine (default ``/tmp/torchinductor_<user>``): run this on every
 learner machine as that user, or give ``--cache-dir`` a shared folder and start JupyterLab with
 ``TORCHINDUCTOR_CACHE_DIR`` set to it. The kernel must use the same PyTorch and device.
@@ -25,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
+import json
 import os
 import re
 import sys
@@ -53,6 +63,8 @@ class FreshSpot:
 
 COLD_DOC = re.compile(r"(empty|fresh)\s+(inductor\s+)?cache|on-disk caches?\s+cannot|no on-disk cache", re.I)
 OPTION = "fresh_inductor_cache"
+RECORD = "shapelab-warmup.json"                            # in the cache: what each lesson added to it
+KEPT_RECORD = Path(__file__).with_name("warmup_record.json")  # the same, from an empty cache, kept with the course
 
 
 def _called_name(node: ast.Call) -> str | None:
@@ -182,6 +194,8 @@ def cache_stats(directory: str | os.PathLike) -> tuple[int, int]:
     files = size = 0
     for root, _, names in os.walk(directory):
         for n in names:
+            if n == RECORD:
+                continue
             try:
                 size += os.path.getsize(os.path.join(root, n))
                 files += 1
@@ -214,19 +228,59 @@ def describe_spots(spots: Sequence[FreshSpot], seconds: dict | None = None) -> s
     return "\n".join(lines)
 
 
-def warm(lessons: Sequence[Path], *, scale: str = "auto", cache_dir: str | os.PathLike,
-         log: Callable[[str], None] = print) -> dict:
-    """Execute each lesson once with ``TORCHINDUCTOR_CACHE_DIR=cache_dir``; return what it did.
+def lesson_key(path: Path, scale: str) -> dict:
+    """What decides whether a lesson adds to Inductor's cache: its content, the SCALE, PyTorch and the device."""
+    import torch
 
-    The result has ``lessons`` (name, ok, error, seconds, files added), ``files_before``,
-    ``files_after``, ``bytes_after`` and ``seconds`` (``{(lesson, cell index): s}`` from the run).
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if scale == "auto":
+        scale = "full" if device == "cuda" else "ci"  # as the lessons' S.setup resolves it
+    return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16], "scale": scale,
+            "torch": torch.__version__.split("+")[0], "device": device}
+
+
+def read_record(path: Path) -> dict:
+    """``{lesson: {"key": ..., "files added": n}}`` from a warm-up record ({} when there is none)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def why_skip(path: Path, key: dict, own: dict, kept: dict) -> str | None:
+    """Why this lesson need not run (None: it must): already warmed into this cache, or measured to add nothing."""
+    mine, known = own.get(path.stem), kept.get(path.stem)
+    if mine and mine["key"] == key:
+        return f"already warmed into this cache ({mine['files added']} file(s) added then)"
+    if known and known["key"] == key and known["files added"] == 0:
+        return f"adds nothing to Inductor's cache at SCALE={key['scale']} on {key['device']} (measured with an empty cache)"
+    return None
+
+
+def warm(lessons: Sequence[Path], *, scale: str = "auto", cache_dir: str | os.PathLike,
+         log: Callable[[str], None] = print, everything: bool = False) -> dict:
+    """Execute each lesson that fills the cache once with ``TORCHINDUCTOR_CACHE_DIR=cache_dir``; return what it did.
+
+    Skips (``why_skip``) lessons this cache's record or the kept record say need not run, unless ``everything``.
+    The result has ``lessons`` (name, ok, error, seconds, files added), ``skipped`` ({name: why}),
+    ``files_before``, ``files_after``, ``bytes_after`` and ``seconds`` (``{(lesson, cell index): s}``).
     """
     import nbformat
 
     cache_dir = os.path.abspath(cache_dir)
     os.makedirs(cache_dir, exist_ok=True)
     before, _ = cache_stats(cache_dir)
-    result = {"cache_dir": cache_dir, "files_before": before, "lessons": [], "seconds": {}}
+    result = {"cache_dir": cache_dir, "files_before": before, "lessons": [], "seconds": {}, "skipped": {}}
+    record_path = Path(cache_dir) / RECORD
+    own, kept = read_record(record_path), ({} if everything else read_record(KEPT_RECORD))
+    keys = {path.stem: lesson_key(path, scale) for path in lessons}
+    if not everything:
+        for path in lessons:
+            why = why_skip(path, keys[path.stem], own, kept)
+            if why:
+                result["skipped"][path.stem] = why
+                log(f"      skipped {path.stem}: {why}")
+        lessons = [path for path in lessons if path.stem not in result["skipped"]]
     saved = os.environ.get(CACHE_ENV)
     os.environ[CACHE_ENV] = cache_dir
     try:
@@ -245,6 +299,9 @@ def warm(lessons: Sequence[Path], *, scale: str = "auto", cache_dir: str | os.Pa
                             result["seconds"][(path.stem, i)] = d
                 result["lessons"].append({"lesson": path.stem, "ok": run.ok, "error": run.error,
                                           "seconds": run.seconds, "files added": files_now - files_then})
+                if run.ok:
+                    own[path.stem] = {"key": keys[path.stem], "files added": files_now - files_then}
+                    record_path.write_text(json.dumps(own, indent=1, sort_keys=True))
                 status = "ok" if run.ok else f"FAILED ({run.error})"
                 log(f"      {status} in {fmt_duration(run.seconds)}; the cache gained {files_now - files_then} file(s)")
     finally:
@@ -266,6 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--cache-dir", help="the cache to fill (default: $TORCHINDUCTOR_CACHE_DIR or Inductor's default)")
     p.add_argument("--notebooks", help="the lessons' folder (default: the course's notebooks/)")
     p.add_argument("--list", action="store_true", help="only list the sections that use an empty cache on purpose")
+    p.add_argument("--all", action="store_true", help="run every lesson, even those the records say add nothing")
     args = p.parse_args(argv)
     try:
         lessons = find_lessons(args.notebooks, args.only)
@@ -279,13 +337,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(describe_spots(spots))
         return 0
     cache_dir = args.cache_dir or default_cache_dir()
-    log(f"Warming Inductor's cache in {cache_dir} with {len(lessons)} lesson(s) at SCALE={args.scale}.")
+    log(f"Warming Inductor's cache in {cache_dir}: {len(lessons)} lesson(s) at SCALE={args.scale}, "
+        "each run once unless a record says it adds nothing.")
     start = time.perf_counter()
-    result = warm(lessons, scale=args.scale, cache_dir=cache_dir, log=log)
+    result = warm(lessons, scale=args.scale, cache_dir=cache_dir, log=log, everything=args.all)
     added = result["files_after"] - result["files_before"]
-    log(f"Done in {fmt_duration(time.perf_counter() - start)}: the cache holds {result['files_after']} file(s), "
+    log(f"Done in {fmt_duration(time.perf_counter() - start)}: ran {len(result['lessons'])} lesson(s), skipped "
+        f"{len(result['skipped'])}; the cache holds {result['files_after']} file(s), "
         f"{result['bytes_after'] / 2**20:.1f} MiB ({added:+d} in this warm-up).")
-    if added == 0:
+    if added == 0 and result["lessons"]:
         log(f"Nothing new was cached: at SCALE={args.scale} these lessons compile with cheap backends "
             "(or the cache was already warm). Warm-up matters where Inductor runs: SCALE=full, or a GPU.")
     log("")
