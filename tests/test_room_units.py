@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import signal
 import socket
@@ -21,11 +22,13 @@ import sqlalchemy as sa
 import yaml
 
 import shapelab as S
+from chromium import browser  # noqa: F401 (the fixture the page is read with)
 from shapelab.room import client, store
 from shapelab.room.hub import LANDING, Room, configure
 from shapelab.room.service import FIELDS, MAX_BODY, validate
 
 ROOT = Path(__file__).resolve().parents[1]
+SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
 
 
 def test_client_outside_a_room_sends_nothing_and_costs_nothing(monkeypatch):
@@ -80,9 +83,66 @@ def test_client_names_the_prompt_by_the_line_that_revealed_it(monkeypatch):
     assert kind2 == "check" and check == {"lab": "02_lab", "exercise": "batch one", "passed": False, "attempt": 1}
 
 
+def test_client_sends_a_prediction_left_unanswered_as_such(monkeypatch):
+    """``predicted = ...``: the lesson prints what it did, and the room gets a record with predicted and agreed
+    null, counted as left unanswered, not as a prediction."""
+    sent = []
+    monkeypatch.setattr(client, "_send", lambda kind, record: sent.append(record))
+    monkeypatch.setenv(client.URL_ENV, "http://room")
+    monkeypatch.setenv(client.TOKEN_ENV, "token")
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/alice/notebooks/01_symbolic_guards-Copy1.ipynb")
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert S.reveal(..., 2, "graphs") is None
+    assert out.getvalue() == "No prediction written (predicted = ...); the run measured 2 graphs.\n"
+    (record,) = sent
+    assert record["predicted"] is None and record["agreed"] is None and record["measured"] == "2"
+    assert record["lesson"] == "01_symbolic_guards"  # JupyterLab's copy counts as its lesson
+
+
+def test_client_says_once_that_the_room_limits_it_and_goes_on(monkeypatch):
+    """A service answering 429: the kernel's first record says so in one line, the next ones are not sent until
+    Retry-After has passed and say nothing; no traceback."""
+    import http.server
+    import threading
+
+    hits = []
+
+    class Limited(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            hits.append(self.path)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(429)
+            self.send_header("Retry-After", "30")
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"error": "too many", "status": 429}')
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Limited)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(client, "_limited", {"until": 0.0, "said": False})
+    monkeypatch.setenv(client.URL_ENV, f"http://127.0.0.1:{server.server_port}/services/room")
+    monkeypatch.setenv(client.TOKEN_ENV, "token")
+    out = io.StringIO()
+    try:
+        with redirect_stdout(out):
+            for _ in range(5):
+                assert S.reveal(2, 2, "graphs") is True
+                S.Checker("lab").check("ex", True, "ok")
+    finally:
+        server.shutdown()
+        server.server_close()
+    room_lines = [line for line in out.getvalue().splitlines() if line.startswith("(room:")]
+    assert len(room_lines) == 1 and "this is said once" in room_lines[0], out.getvalue()
+    assert len(hits) == 1  # nothing more sent while the room said to wait
+    assert out.getvalue().count("You predicted 2") == 5 and "Traceback" not in out.getvalue()
+
+
 def _good(kind: str) -> dict:
-    return {"id": uuid.uuid4().hex, "lesson": "l", "prompt": "p", "predicted": "1", "measured": "1", "agreed": True} \
-        if kind == "reveal" else {"id": uuid.uuid4().hex, "lab": "l", "exercise": "e", "passed": True, "attempt": 1}
+    return _reveal() if kind == "reveal" else _check()
 
 
 @pytest.mark.parametrize("kind", sorted(FIELDS))
@@ -90,18 +150,21 @@ def test_validate_accepts_records_and_rejects_everything_else(kind):
     import json
 
     good = _good(kind)
-    assert validate(kind, json.dumps(good).encode()) == good
+    assert validate(kind, json.dumps(good).encode(), _manifest()) == good
     bad = [b"", b"nul", b"\xff\xfe", b"[]", b'"text"', json.dumps({**good, "user": "bob"}).encode(),
            json.dumps({k: v for k, v in good.items() if k != "id"}).encode(),
            json.dumps({**good, "id": "X" * 32}).encode(), b"{" + b" " * MAX_BODY + b"}"]
-    for field, typ in FIELDS[kind].items():
-        wrong = {str: 1, bool: 1, int: True}[typ]  # bool is not int here, nor int bool
+    for field, types in FIELDS[kind].items():
+        wrong = {str: 1, bool: 1, int: True}[types[0]]  # bool is not int here, nor int bool
         bad.append(json.dumps({**good, field: wrong}).encode())
-        if typ is str and field != "id":
+        if types[0] is str and field != "id":
             bad += [json.dumps({**good, field: ""}).encode(), json.dumps({**good, field: "x" * 201}).encode()]
+    if kind == "reveal":  # left unanswered is predicted and agreed null, both or neither
+        assert validate(kind, json.dumps(good | {"predicted": None, "agreed": None}).encode(), _manifest())
+        bad += [json.dumps(good | {"predicted": None}).encode(), json.dumps(good | {"agreed": None}).encode()]
     for body in bad:
         with pytest.raises(ValueError):
-            validate(kind, body)
+            validate(kind, body, _manifest())
 
 
 @pytest.fixture(scope="module")
@@ -183,17 +246,28 @@ def test_store_migrates_an_old_database_and_keeps_its_records(db_url):
 
 
 def test_store_counts_the_room(db_url):
+    """Per prompt: each learner's latest record once, answered apart from left unanswered apart from not reached;
+    per lab: every exercise in the lab's order before anyone checks; the CSV has every record."""
+    m = _manifest()
     s = store.Store(db_url)
-    for user, predicted in [("alice", "3"), ("bob", "2"), ("carol", "3"), ("alice", "2")]:  # alice changes her mind
-        assert s.add("reveal", user, {"id": uuid.uuid4().hex, "lesson": "00", "prompt": "S.reveal(p, m)",
-                                      "predicted": predicted, "measured": "3", "agreed": predicted == "3"})
-    again = {"id": uuid.uuid4().hex, "lab": "01_lab", "exercise": "e", "passed": False, "attempt": 1}
+    lesson = m.lessons[1]
+    for user, predicted in [("alice", "3"), ("bob", "2"), ("carol", None), ("alice", "2")]:  # alice changes her mind
+        assert s.add("reveal", user, _reveal(lesson.id, 0, predicted=predicted, measured="3",
+                                             agreed=None if predicted is None else predicted == "3"))
+    again = _check(0, 1, passed=False)
     assert s.add("check", "alice", again) and not s.add("check", "alice", again)  # the same id is stored once
-    s.add("check", "bob", {**again, "id": uuid.uuid4().hex, "passed": True})
-    room = s.room(["alice", "bob", "carol", "dave"])
-    (prompt,) = room["prompts"]
-    assert prompt["predictions"] == {"2": 2, "3": 1} and prompt["measured"] == "3" and prompt["answered"] == 3
-    assert room["exercises"] == [{"lab": "01_lab", "exercise": "e", "passed": 1, "tried": 1, "not_started": 2}]
+    s.add("check", "bob", _check(0, 1))
+    room = s.room(m, ["alice", "bob", "carol", "dave"], "on the roster")
+    assert room["learners"]["n"] == 4 and room["learners"]["basis"] == "on the roster"
+    prompt = next(x for x in room["lessons"] if x["id"] == lesson.id)["prompts"][0]
+    assert prompt["question"] == lesson.prompts[0].question and prompt["line"] == lesson.prompts[0].line
+    assert prompt["predictions"] == [["2", 2]] and prompt["measured"] == [["3", 3]] and prompt["majority"] == "3"
+    assert (prompt["answered"], prompt["unanswered"], prompt["not_reached"]) == (2, 1, 1)
+    assert room["follow"] == {"lesson": lesson.id, "index": 0}
+    lab = room["labs"][0]
+    assert lab["title"] == m.labs[0].title and [e["name"] for e in lab["exercises"]] == list(m.labs[0].exercises)
+    assert lab["exercises"][1] == {"name": m.labs[0].exercises[1], "passed": 1, "tried": 1, "not_started": 2}
+    assert all(e["not_started"] == 4 for lab in room["labs"][1:] for e in lab["exercises"])  # listed, not started
     lines = s.export_csv().splitlines()
     assert lines[0].startswith("kind,user,time") and len(lines) == 1 + 4 + 2
     s.engine.dispose()
@@ -228,8 +302,9 @@ def test_hub_configuration():
     assert c.Spawner.cmd == ["/srv/room-python/bin/python", "-m", "jupyterhub.singleuser"]
     assert "access:services!service=room" in c.Spawner.server_token_scopes
     services = {s["name"]: s for s in c.JupyterHub.services}
-    assert services["room"]["command"][-1] == "sqlite:////srv/room/room.sqlite"
-    assert services["room"]["environment"] == {"SHAPELAB_ROOM_INSTRUCTORS": "teach"}
+    assert "--db" not in services["room"]["command"]  # a URL may hold a password: every learner reads argv
+    assert services["room"]["environment"]["SHAPELAB_ROOM_DB"] == "sqlite:////srv/room/room.sqlite"
+    assert services["room"]["environment"]["SHAPELAB_ROOM_INSTRUCTORS"] == "teach"
     assert "--timeout=3600" in services["idle-culler"]["command"]
     open_room = Config()
     configure(open_room, Room(course=str(ROOT), state="/srv/room", homes="/home"))
@@ -265,3 +340,352 @@ def test_kubernetes_values_and_binder_files():
     assert env["dependencies"][-1] == {"pip": ["-r ../requirements.txt"]}
     post = ROOT / "binder/postBuild"
     assert os.access(post, os.X_OK) and "shapelab.tools.warmup" in post.read_text()
+
+
+# --- the service over HTTP, without a hub: the hub's answer to "who is this?" is faked from the token -----
+
+M = None  # the manifest, read once below
+
+
+def _manifest():
+    global M
+    if M is None:
+        from shapelab.room import manifest
+        M = manifest.load()
+    return M
+
+
+def test_manifest_is_what_the_notebooks_give():
+    """The checked-in manifest is what notebooks/ and solutions/ give now (regenerate: python -m
+    shapelab.room.manifest); every lesson's reveal has its question, every lab its exercises."""
+    from shapelab.room import manifest
+
+    assert manifest.text(manifest.build(ROOT)) == manifest.PATH.read_text(), \
+        "utils/shapelab/room/manifest.json is stale: run python -m shapelab.room.manifest"
+    m = manifest.load()
+    assert [x.id for x in m.lessons] == sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
+    assert [x.id for x in m.labs] == sorted(p.stem for p in (ROOT / "solutions").glob("[0-9]*_lab.ipynb"))
+    assert all(p.question and p.line.startswith("S.reveal(") for x in m.lessons for p in x.prompts)
+    assert all(x.exercises and x.title.startswith("Lab ") for x in m.labs)
+
+
+def test_manifest_refuses_what_it_cannot_key(tmp_path):
+    """Two reveals on one line, a reveal with no prompt above it, an exercise named by a variable: each stops the
+    build with the notebook, the cell and what to change."""
+    import nbformat
+    from shapelab.room import manifest
+
+    def course(lesson_cells, lab_cells):
+        for folder, name, cells in (("notebooks", "01_x.ipynb", lesson_cells), ("solutions", "01_x_lab.ipynb", lab_cells)):
+            (tmp_path / folder).mkdir(exist_ok=True)
+            nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 01 · x")] + [
+                nbformat.v4.new_markdown_cell(c[3:]) if c.startswith("md:") else nbformat.v4.new_code_cell(c) for c in cells])
+            nbformat.write(nb, tmp_path / folder / name)
+        return tmp_path
+
+    lab = ['checker = S.Checker("01_x")', 'checker.run("Exercise 1", f)']
+    ask = "md:> **Predict first.** How many?"
+    good = manifest.build(course([ask, "predicted = ...", "%time x = 1\nS.reveal(predicted, 2)"], lab))
+    assert good["lessons"][0]["prompts"] == [{"line": "S.reveal(predicted, 2)", "kind": "Predict first",
+                                             "question": "How many?", "name": "predicted"}]
+    assert good["labs"][0] == {"id": "01_x_lab", "label": "01_x", "title": "01 · x", "exercises": ["Exercise 1"]}
+    for lesson, lab_cells, message in [
+            ([ask, "S.reveal(p, 2)", "S.reveal(p, 2)"], lab, "two reveals on the same line"),
+            (["S.reveal(p, 2)"], lab, "has no '> **Predict first.** ...' prompt"),
+            ([ask], ['checker = S.Checker("01_x")', "checker.run(NAME, f)"], "must be a string literal")]:
+        with pytest.raises(manifest.ManifestError, match=re.escape(message)):
+            manifest.build(course(lesson, lab_cells))
+
+
+class Service:
+    """The room service's app on a loopback port in a thread of its own, over ``db``; a request's
+    ``Authorization: token NAME`` names its user (what the hub would answer for NAME's token)."""
+
+    def __init__(self, db: str, roster: list[str]):
+        import asyncio
+        import threading
+
+        from tornado.httpserver import HTTPServer
+        from tornado.netutil import bind_sockets
+
+        from shapelab.room import service
+
+        self.roster = roster
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def serve():
+            asyncio.set_event_loop(self.loop)
+            self.app = service.make_app(db, ["teach"], roster=_FakeRoster(roster))
+            sockets = bind_sockets(0, "127.0.0.1")
+            self.port = sockets[0].getsockname()[1]
+            self.server = HTTPServer(self.app, max_body_size=64 * 1024)
+            self.server.add_sockets(sockets)
+            ready.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        ready.wait(10)
+        self.url = f"http://127.0.0.1:{self.port}/services/room"
+
+    def request(self, method: str, path: str, user: str | None, body=None, raw: bytes | None = None):
+        import json
+        import urllib.error
+        import urllib.request
+
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        headers = {"Content-Type": "application/json"} | ({"Authorization": f"token {user}"} if user else {})
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                status, text, hdrs = r.status, r.read().decode(), r.headers
+        except urllib.error.HTTPError as e:
+            status, text, hdrs = e.code, e.read().decode(), e.headers
+        try:
+            return status, (json.loads(text) if text else None), hdrs
+        except ValueError:
+            return status, text, hdrs
+
+    def post(self, kind: str, user: str, record=None, raw: bytes | None = None):
+        return self.request("POST", f"/api/{kind}", user, record, raw)[:2]
+
+    def room(self) -> dict:
+        status, summary, _ = self.request("GET", "/api/room", "teach")
+        assert status == 200, summary
+        return summary
+
+    def close(self):
+        self.loop.call_soon_threadsafe(self.server.stop)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.app.settings["store"].engine.dispose()
+
+
+class _FakeRoster:
+    def __init__(self, names):
+        self.names = names
+
+    async def learners(self):
+        return list(self.names), "on the test's roster"
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    """The hub's user lookup replaced by the token's text: ``token alice`` is alice."""
+    from shapelab.room import service
+
+    async def prepare(handler):
+        auth = handler.request.headers.get("Authorization", "")
+        handler._hub_auth_user_cache = {"name": auth[6:], "kind": "user"} if auth.startswith("token ") else None
+
+    monkeypatch.setattr(service.RoomHandler, "prepare", prepare)
+
+
+@pytest.fixture
+def room(tmp_path, fake_hub):
+    s = Service(f"sqlite:///{tmp_path / 'room.sqlite'}", ["alice", "bob", "carol", "mallory"])
+    yield s
+    s.close()
+
+
+def _reveal(lesson=None, index=0, **changes) -> dict:
+    """A reveal of the manifest's prompt ``index`` of ``lesson`` (the first lesson with prompts)."""
+    m = _manifest()
+    les = next(x for x in m.lessons if x.prompts and (lesson is None or x.id == lesson))
+    record = {"id": uuid.uuid4().hex, "lesson": les.id, "prompt": les.prompts[index].line, "predicted": "3",
+              "measured": "3", "agreed": True}
+    return record | changes
+
+
+def _check(lab_index=0, exercise=0, **changes) -> dict:
+    lab = _manifest().labs[lab_index]
+    return {"id": uuid.uuid4().hex, "lab": lab.label, "exercise": lab.exercises[exercise], "passed": True,
+            "attempt": 1} | changes
+
+
+def _stored(room) -> int:
+    return sum(len(room.app.settings["store"].records(kind)) for kind in ("reveal", "check"))
+
+
+def test_attack_records_outside_the_course_are_refused(room):
+    """A learner makes up a lesson, a prompt, a lab, an exercise: each a 400 with a one-line reason, none stored."""
+    made_up = {
+        "a lesson the course lacks": ("reveal", _reveal() | {"lesson": "99_made_up"}),
+        "a prompt the lesson lacks": ("reveal", _reveal(prompt='S.reveal(predicted, 7, "graphs")  # mine')),
+        "a lab the course lacks": ("check", _check(lab="99_made_up_lab")),
+        "an exercise the lab lacks": ("check", _check(exercise=0) | {"exercise": "Exercise 99: take over the page"}),
+        "an exercise of another lab": ("check", _check(0) | {"exercise": _manifest().labs[1].exercises[0]}),
+    }
+    for what, (kind, record) in made_up.items():
+        status, answer = room.post(kind, "mallory", record)
+        assert status == 400, (what, status, answer)
+        assert answer["error"] and "\n" not in answer["error"], what
+    assert _stored(room) == 0
+    assert room.post("reveal", "alice", _reveal())[0] == 201 and room.post("check", "alice", _check())[0] == 201
+
+
+def test_attack_malformed_payloads_are_400_and_the_service_goes_on(room):
+    """Deep nesting, NUL, lone surrogates, wrong types, oversized, not an object: 400, nothing stored, no 500."""
+    import json
+
+    good = _reveal()
+    bad = {
+        "nested 1,500 deep": b"[" * 1500 + b"]" * 1500,
+        "an object nested 1,500 deep": b'{"id": ' * 1500 + b"1" + b"}" * 1500,
+        "NUL in a value": json.dumps(good | {"predicted": "3\x00"}).encode(),
+        "NUL in the prompt": json.dumps(good | {"prompt": good["prompt"] + "\x00"}).encode(),
+        "a lone surrogate": json.dumps(good | {"predicted": "\ud800"}).encode(),
+        "a number for a string": json.dumps(good | {"measured": 3}).encode(),
+        "a list for a string": json.dumps(good | {"predicted": [3]}).encode(),
+        "an int for a bool": json.dumps(good | {"agreed": 1}).encode(),
+        "NaN": json.dumps(good | {"agreed": float("nan")}).encode(),
+        "oversized": json.dumps(good | {"predicted": "x" * 200, "pad": "y" * 5000}).encode(),
+        "60 KiB": b"[" + b"1," * 30_000 + b"1]",
+        "not an object": b'"a reveal"',
+        "null": b"null",
+        "not UTF-8": b'{"id": "\xff"}',
+    }
+    for what, raw in bad.items():
+        status, answer = room.post("reveal", "mallory", raw=raw)
+        assert status == 400, (what, status, answer)
+        assert isinstance(answer, dict) and answer["error"] and "\n" not in answer["error"], (what, answer)
+    assert _stored(room) == 0
+    assert room.post("reveal", "mallory", good)[0] == 201  # still running, still accepting
+
+
+def test_attack_a_flood_is_limited_per_learner(room):
+    """1,000 records as fast as one learner can send: over the burst they are 429 with Retry-After; another
+    learner is not limited; the burst holds more than two Run All of the biggest notebook."""
+    statuses = []
+    for _ in range(200):
+        status, _answer, headers = room.request("POST", "/api/reveal", "mallory", _reveal())
+        statuses.append(status)
+        if status == 429:
+            assert int(headers["Retry-After"]) >= 1
+    assert statuses.count(201) < 100 and 429 in statuses
+    assert statuses[:2 * _manifest().records_per_run()] == [201] * (2 * _manifest().records_per_run())
+    assert room.post("reveal", "alice", _reveal())[0] == 201
+    assert room.app.settings["limit"].burst >= 2 * _manifest().records_per_run()
+
+
+def test_attack_one_forged_measurement_does_not_decide_the_page(room):
+    """Three kernels measured 3; mallory sends "measured: 7" a hundred times: the page says 3, and shows the 7
+    as one kernel's disagreement."""
+    for user in ("alice", "bob", "carol"):
+        room.post("reveal", user, _reveal(predicted="2", measured="3", agreed=False))
+    for _ in range(5):
+        room.post("reveal", "mallory", _reveal(predicted="7", measured="7", agreed=True))
+    prompt = room.room()["lessons"][0]["prompts"][0]
+    assert prompt["majority"] == "3"
+    assert prompt["measured"] == [["3", 3], ["7", 1]]
+
+
+def test_attack_csv_export_neutralises_formulas(room):
+    import csv
+
+    for value in ["=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)", "\tx", "\rx"]:
+        assert room.post("reveal", "mallory", _reveal(predicted=value, measured="3", agreed=False))[0] == 201
+    status, text, _ = room.request("GET", "/export.csv", "teach")
+    assert status == 200
+    cells = [c for row in csv.reader(io.StringIO(text)) for c in row]
+    assert not [c for c in cells if c[:1] in ("=", "+", "-", "@", "\t", "\r")], cells
+    assert "'=HYPERLINK(\"http://x\")" in cells and "'-2+3" in cells
+
+
+def test_attack_the_instructor_removes_a_learners_records(tmp_path, fake_hub):
+    """mallory cannot remove alice's records (403); the instructor removes mallory's, and a restarted
+    service on the same store still has them removed."""
+    db = f"sqlite:///{tmp_path / 'room.sqlite'}"
+    room = Service(db, ["alice", "mallory"])
+    try:
+        room.post("reveal", "alice", _reveal())
+        for _ in range(3):
+            room.post("reveal", "mallory", _reveal(measured="7"))
+        room.post("check", "mallory", _check())
+        assert room.request("POST", "/api/remove/alice", "mallory")[0] == 403
+        status, answer, _ = room.request("POST", "/api/remove/mallory", "teach")
+        assert status == 200 and answer["removed"] == {"reveals": 3, "checks": 1}, answer
+    finally:
+        room.close()
+    again = Service(db, ["alice", "mallory"])
+    try:
+        store_ = again.app.settings["store"]
+        assert {r["user"] for r in store_.records("reveal") + store_.records("check")} == {"alice"}
+        assert again.room()["removals"][0]["user"] == "mallory"
+    finally:
+        again.close()
+
+
+
+def test_the_page_an_instructor_teaches_from(tmp_path, fake_hub, browser):
+    """A simulated room of five on the roster (and mallory, who is not) on lesson 03, read in Chromium at
+    1280 x 800: the framed prompt follows the room, by its question, with n of N, unanswered apart from not
+    reached; a pinned prompt stays framed across a reload until "follow the room"; long values open in full;
+    every lab's exercises are listed before anyone checks; the instructor removes mallory's records."""
+    lesson = _manifest().lesson("03_recompile_limit")
+    lab = _manifest().lab("03_recompile_limit")
+    room = Service(f"sqlite:///{tmp_path / 'room.sqlite'}", ["alice", "bob", "carol", "dave", "erin"])
+    long_value = "[" + ", ".join(str(i) for i in range(1, 40)) + "]"
+    sends = [("alice", 0, "[1, 2, 3]"), ("bob", 0, "[1, 2, 2]"), ("carol", 0, "[1, 2, 3]"), ("dave", 0, long_value),
+             ("alice", 1, "False"), ("bob", 1, "True"), ("alice", 2, None), ("bob", 2, "True"), ("carol", 2, "True"),
+             ("mallory", 2, "False")]
+    for user, index, predicted in sends:
+        measured = "False" if user == "mallory" else ("True" if index == 2 else "[1, 2, 3]")
+        assert room.post("reveal", user, _reveal(lesson.id, index, predicted=predicted, measured=measured,
+                                                 agreed=None if predicted is None else predicted == measured))[0] == 201
+    room.post("check", "alice", _check(2, 1) | {"lab": lab.label, "exercise": lab.exercises[1]})
+    room.post("check", "bob", _check(2, 0) | {"lab": lab.label, "exercise": lab.exercises[0], "passed": False})
+    context = browser.new_context(viewport={"width": 1280, "height": 800},
+                                  extra_http_headers={"Authorization": "token teach"})
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("dialog", lambda dialog: dialog.accept())
+    try:
+        page.goto(room.url + "/")
+        framed = page.locator("#framed")
+        framed.locator(".question").wait_for(timeout=10_000)
+        q2 = lesson.prompts[2]
+        assert framed.get_attribute("data-prompt") == q2.line  # three of five learners are there last
+        assert framed.locator(".question").inner_text() == q2.question.replace("`", "")  # `code` shown as code
+        assert "following the room" in framed.inner_text()
+        counts = framed.locator(".counts").inner_text()
+        assert counts == "3 of 6 answered · 1 left unanswered · 2 not reached", counts
+        assert "measured: True (3 kernels), False (1 kernel)" in framed.locator(".measured").inner_text()
+        assert framed.locator(".bar.right .label").inner_text() == "True"
+        assert "N = 6 learners (on the test's roster, or with a record)" in page.inner_text("body")
+        for label in (lab.label, _manifest().labs[0].label):  # lab 01: nobody checked, every exercise listed
+            rows = page.locator(f'details.lab[data-lab="{label}"] tr[data-exercise]')
+            exercises = _manifest().lab(label).exercises
+            assert [rows.nth(i).get_attribute("data-exercise") for i in range(rows.count())] == list(exercises)
+        assert page.locator(f'details.lab[data-lab="{lab.label}"] summary').inner_text().startswith(lab.title)
+        row = page.locator(f'details.lab[data-lab="{lab.label}"] tr[data-exercise="{lab.exercises[1]}"] td')
+        assert [row.nth(i).inner_text() for i in range(1, 4)] == ["1", "0", "5"]
+        assert page.locator('#positions tr[data-user="dave"] td').nth(1).inner_text() == "03 · prompt 1 of 10"
+        assert page.locator('#positions tr[data-user="erin"] td').nth(1).inner_text() == "no prompt yet"
+        page.screenshot(path=str(SCREENSHOTS / "room_page_units.png"))
+
+        # the instructor frames the first prompt: it stays framed over a reload, until "follow the room"
+        page.locator(f'details.lesson[data-lesson="{lesson.id}"] li').nth(0).locator("button.pin").click()
+        assert framed.get_attribute("data-prompt") == lesson.prompts[0].line and "pinned" in framed.inner_text()
+        value = framed.locator("details.value")  # dave's long prediction: folded, in full on a click
+        assert value.locator("summary").inner_text().endswith("…")
+        value.locator("summary").click()
+        assert value.locator("div").inner_text() == long_value and value.locator("div").is_visible()
+        page.reload()
+        framed.locator(".question").wait_for(timeout=10_000)
+        assert framed.get_attribute("data-prompt") == lesson.prompts[0].line
+        framed.locator("button.follow").click()
+        assert framed.get_attribute("data-prompt") == q2.line
+
+        # mallory's records removed from the page
+        page.locator('#positions tr[data-user="mallory"] button.remove').click()
+        page.wait_for_function("() => !document.querySelector('#positions tr[data-user=\"mallory\"]')", timeout=10_000)
+        assert "measured: True (3 kernels)" in framed.locator(".measured").inner_text()
+        assert "False" not in framed.locator(".measured").inner_text()
+        assert "teach removed mallory's 1 predictions and 0 checks" in page.locator("#removals").inner_text()
+        assert errors == []
+    finally:
+        context.close()
+        room.close()

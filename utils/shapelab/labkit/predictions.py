@@ -18,10 +18,11 @@ def reveal(predicted, measured, what: str = "") -> bool | None:
     unit = f" {what}" if what else ""
     if unanswered(predicted):
         print(f"No prediction written (predicted = ...); the run measured {measured!r}{unit}.")
-        return None
-    agree = _normalise(predicted) == _normalise(measured)
-    verdict = "as you predicted" if agree else "not what you predicted"
-    print(f"You predicted {predicted!r}; the run measured {measured!r}{unit}: {verdict}.")
+        agree = None  # the room counts it as left unanswered, not as a prediction
+    else:
+        agree = _normalise(predicted) == _normalise(measured)
+        verdict = "as you predicted" if agree else "not what you predicted"
+        print(f"You predicted {predicted!r}; the run measured {measured!r}{unit}: {verdict}.")
     room_client.record_reveal(predicted, measured, what, agree)  # sends only inside a room
     return agree
 

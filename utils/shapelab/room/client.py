@@ -4,20 +4,25 @@ Inside a room, JupyterHub starts the learner's server with ``JUPYTERHUB_API_TOKE
 token, which names the learner) and the room adds ``SHAPELAB_ROOM_URL`` (where the service listens);
 kernels inherit both. Outside a room either is missing and every call returns at once: nothing is
 sent, nothing printed, nothing changes. A send waits at most ``TIMEOUT`` seconds and never raises into
-the lesson: when it fails, one line says the record was not sent and the lesson goes on.
+the lesson: when it fails, one line says the record was not sent and the lesson goes on. Over the room's
+per-learner rate the service answers 429: the kernel says so once, sends nothing until the service's
+Retry-After has passed, and the lesson goes on.
 """
 from __future__ import annotations
 
 import json
 import linecache
 import os
+import re
 import sys
+import time
 import uuid
 
 URL_ENV = "SHAPELAB_ROOM_URL"
 TOKEN_ENV = "JUPYTERHUB_API_TOKEN"
 TIMEOUT = 1.0  # seconds: a slow room costs a learner at most this per record
 TEXT_LIMIT = 200  # characters kept of a value or a prompt (the service refuses longer)
+_limited = {"until": 0.0, "said": False}  # this kernel's rate-limit state: quiet until, and whether it said so
 
 
 def _room() -> tuple[str, str] | None:
@@ -25,12 +30,15 @@ def _room() -> tuple[str, str] | None:
     return (url.rstrip("/"), token) if url and token else None
 
 
-def record_reveal(predicted, measured, what: str, agreed: bool) -> bool | None:
-    """Send one revealed prediction (called by ``reveal``; the prompt is the line that called it)."""
+def record_reveal(predicted, measured, what: str, agreed: bool | None) -> bool | None:
+    """Send one revealed prediction (called by ``reveal``; the prompt is the line that called it). ``agreed``
+    None: the learner left the prediction unanswered, which is sent as such (predicted and agreed null)."""
     if _room() is None:
         return None
+    answered = agreed is not None
     return _send("reveal", {"lesson": _lesson(), "prompt": _calling_line(depth=2) or what or "(unnamed)",
-                            "predicted": _text(predicted), "measured": _text(measured), "agreed": bool(agreed)})
+                            "predicted": _text(predicted) if answered else None, "measured": _text(measured),
+                            "agreed": bool(agreed) if answered else None})
 
 
 def record_check(lab: str, exercise: str, passed: bool, attempt: int) -> bool | None:
@@ -47,6 +55,8 @@ def _send(kind: str, record: dict) -> bool | None:
     if room is None:
         return None
     url, token = room
+    if time.monotonic() < _limited["until"]:  # the room said to wait: nothing is sent, nothing said again
+        return False
     import urllib.request  # imported only inside a room
 
     record = dict(record, id=uuid.uuid4().hex)  # the service stores each id once, so a retry cannot duplicate
@@ -57,22 +67,42 @@ def _send(kind: str, record: dict) -> bool | None:
             return 200 <= response.status < 300
     except Exception as e:  # a slow or absent room must never stop the lesson
         what = "prediction" if kind == "reveal" else "check result"
+        if getattr(e, "code", None) == 429:
+            _limited["until"] = time.monotonic() + _retry_after(e)
+            if not _limited["said"]:
+                _limited["said"] = True
+                print("(room: this kernel sent more records than the room takes from one learner; the instructor's "
+                      "page misses them for a while; this is said once; the lesson goes on)")
+            return False
         print(f"(room: this {what} was not recorded for the instructor: {_reason(e)}; the lesson goes on)")
         return False
+
+
+def _retry_after(e) -> float:
+    try:
+        return max(1.0, min(600.0, float(e.headers.get("Retry-After", 60))))
+    except (TypeError, ValueError, AttributeError):
+        return 60.0
 
 
 def _reason(e: Exception) -> str:
     code = getattr(e, "code", None)
     if code is not None:
-        return f"the room service answered {code}"
+        try:  # the service's one-line reason, such as "no prompt ... in lesson 01_symbolic_guards"
+            why = json.loads(e.read())["error"]
+            return f"the room service answered {code}: {str(why)[:300]}"
+        except Exception:
+            return f"the room service answered {code}"
     reason = getattr(e, "reason", e)
     return f"{type(reason).__name__}: {reason}" if str(reason) else type(reason).__name__
 
 
 def _lesson() -> str:
-    """The notebook this kernel runs (Jupyter server sets JPY_SESSION_NAME to its path)."""
+    """The notebook this kernel runs (Jupyter server sets JPY_SESSION_NAME to its path); a copy JupyterLab
+    made ("-Copy1") counts as the lesson it copies."""
     path = os.environ.get("JPY_SESSION_NAME", "")
-    return os.path.splitext(os.path.basename(path))[0] or "(unknown notebook)"
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return re.sub(r"-Copy\d+$", "", stem) or "(unknown notebook)"
 
 
 def _calling_line(depth: int) -> str:

@@ -4,6 +4,8 @@ prediction per second, as a learner's kernel does (same endpoint, same token hea
 ``run(url, tokens, seconds)`` returns what was sent, what the service acknowledged and the latencies;
 the caller then reads the store to prove none was lost and none duplicated. A tenth of the records
 are sent a second time with the same id, as a kernel retrying would, and must still be stored once.
+The records are reveals of ``LESSON``'s prompts (the service takes only the course's), one a second,
+within the service's per-learner rate.
 """
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 
+from . import manifest
 from .client import TIMEOUT
+
+LESSON = "05_data_dependent_shapes"  # the lesson with the most prompts
 
 
 @dataclass
@@ -47,13 +52,14 @@ def run(url: str, tokens: dict[str, str], seconds: float, rate: float = 1.0) -> 
     """Each user in ``tokens`` (name -> token) sends ``rate`` predictions per second for ``seconds``."""
     load, lock = Load(), threading.Lock()
     start = time.monotonic()
+    prompts = [p.line for p in manifest.load().lesson(LESSON).prompts]
 
     def learner(index: int, name: str, token: str):
         tick = index / len(tokens) / rate  # spread the learners over the second
         n = 0
         while tick < seconds:
             time.sleep(max(0.0, start + tick - time.monotonic()))
-            record = {"id": uuid.uuid4().hex, "lesson": "loadtest", "prompt": f"prompt {n % 5}",
+            record = {"id": uuid.uuid4().hex, "lesson": LESSON, "prompt": prompts[n % len(prompts)],
                       "predicted": str(n % 3), "measured": "1", "agreed": n % 3 == 1}
             for attempt in range(2 if (n + index) % 10 == 9 else 1):  # a tenth of the records are sent twice
                 try:

@@ -4,15 +4,20 @@ the instructor's page.
 It has no passwords of its own. A kernel posts with its server's ``JUPYTERHUB_API_TOKEN``; a browser
 comes with the hub's OAuth cookie; either way the hub names the user, so a learner can only write
 as themself. The instructor (the hub's admin, named in ``SHAPELAB_ROOM_INSTRUCTORS``) sees the room;
-a learner sees only their own records.
+a learner sees only their own records, and only the instructor can remove a learner's records.
 
-    python -m shapelab.room.service --db sqlite:////srv/shapelab/room.sqlite   (the hub starts it)
+A record is taken only when it names a lesson's prompt or a lab's exercise of the course's manifest
+(``manifest``), and at most at a per-learner rate (a token bucket: a burst larger than two Run All of
+the biggest notebook, then ``PER_MINUTE``); anything else is a 400 (or 429) with a one-line reason.
+
+    SHAPELAB_ROOM_DB=sqlite:////srv/shapelab/room.sqlite python -m shapelab.room.service   (the hub starts it)
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
+import math
 import os
 import re
 import time
@@ -21,44 +26,87 @@ from urllib.parse import urlparse
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from tornado import httpclient, ioloop, web
 
+from . import manifest as course
 from .page import PAGE
 from .store import Store
 
 INSTRUCTORS_ENV = "SHAPELAB_ROOM_INSTRUCTORS"
+DB_ENV = "SHAPELAB_ROOM_DB"  # the store's URL, from the environment: a command line is readable by everyone
 MAX_BODY = 4096  # bytes: a record is a few hundred; anything longer is not a record
 TEXT = 200
 ID = re.compile(r"[0-9a-f]{32}")
+PER_MINUTE = 60  # records a learner may send a minute once the burst is spent
 
-# each kind's fields and their types: a record must have exactly these
+# each kind's fields and their types: a record must have exactly these (None: a prediction left as ...)
 FIELDS = {
-    "reveal": {"id": str, "lesson": str, "prompt": str, "predicted": str, "measured": str, "agreed": bool},
-    "check": {"id": str, "lab": str, "exercise": str, "passed": bool, "attempt": int},
+    "reveal": {"id": (str,), "lesson": (str,), "prompt": (str,), "predicted": (str, type(None)), "measured": (str,),
+               "agreed": (bool, type(None))},
+    "check": {"id": (str,), "lab": (str,), "exercise": (str,), "passed": (bool,), "attempt": (int,)},
 }
 
 
-def validate(kind: str, body: bytes) -> dict:
-    """The record in ``body``, or ValueError saying what is wrong with it."""
+def validate(kind: str, body: bytes, manifest: course.Manifest) -> dict:
+    """The record in ``body``, or ValueError saying in one line what is wrong with it."""
     if len(body) > MAX_BODY:
         raise ValueError(f"payload of {len(body)} bytes; at most {MAX_BODY}")
     try:
         record = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise ValueError("payload is not JSON") from None
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested deeper than a record is
+        raise ValueError("payload is not a JSON record") from None
     fields = FIELDS[kind]
     if not isinstance(record, dict) or set(record) != set(fields):
         got = sorted(record) if isinstance(record, dict) else type(record).__name__
-        raise ValueError(f"a {kind} has exactly the fields {sorted(fields)}; got {got}")
-    for name, typ in fields.items():
+        raise ValueError(f"a {kind} has exactly the fields {sorted(fields)}; got {got}"[:300])
+    for name, types in fields.items():
         value = record[name]
-        if type(value) is not typ:  # bool is an int in Python; neither may stand for the other here
-            raise ValueError(f"{name} must be {typ.__name__}")
-        if typ is str and not (0 < len(value) <= TEXT):
-            raise ValueError(f"{name} must be 1 to {TEXT} characters")
+        if type(value) not in types:  # bool is an int in Python; neither may stand for the other here
+            raise ValueError(f"{name} must be {' or '.join('null' if t is type(None) else t.__name__ for t in types)}")
+        if isinstance(value, str):
+            if not 0 < len(value) <= TEXT:
+                raise ValueError(f"{name} must be 1 to {TEXT} characters")
+            if any(ord(c) < 32 and c not in "\t\r\n" for c in value):  # NUL first: PostgreSQL refuses it
+                raise ValueError(f"{name} holds a control character (NUL or the like)")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate, from a JSON escape such as \\ud800
+                raise ValueError(f"{name} is not UTF-8 text") from None
     if not ID.fullmatch(record["id"]):
         raise ValueError("id must be 32 hex digits")
-    if kind == "check" and not 1 <= record["attempt"] <= 10**6:
-        raise ValueError("attempt must be a positive count")
+    if kind == "reveal":
+        if (record["predicted"] is None) != (record["agreed"] is None):
+            raise ValueError("predicted and agreed are both null (left unanswered) or neither")
+        if manifest.lesson(record["lesson"]) is None:
+            raise ValueError(f"no lesson {record['lesson']!r} in the course")
+        if manifest.prompt(record["lesson"], record["prompt"]) is None:
+            raise ValueError(f"no prompt {record['prompt']!r} in lesson {record['lesson']}")
+    else:
+        if not 1 <= record["attempt"] <= 10**6:
+            raise ValueError("attempt must be a positive count")
+        lab = manifest.lab(record["lab"])
+        if lab is None:
+            raise ValueError(f"no lab {record['lab']!r} in the course")
+        if record["exercise"] not in lab.exercises:
+            raise ValueError(f"no exercise {record['exercise']!r} in {lab.title}")
     return record
+
+
+class RateLimit:
+    """A token bucket per learner: ``burst`` records at once, then ``per_minute``."""
+
+    def __init__(self, burst: int, per_minute: float):
+        self.burst, self.rate = burst, per_minute / 60
+        self.buckets: dict[str, tuple[float, float]] = {}  # user -> (tokens, when counted)
+
+    def take(self, user: str, now: float | None = None) -> float:
+        """0 when ``user`` may send one more record now (one token taken), else the seconds until they may."""
+        now = time.monotonic() if now is None else now
+        tokens, then = self.buckets.get(user, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - then) * self.rate)
+        if tokens >= 1:
+            self.buckets[user] = (tokens - 1, now)
+            return 0.0
+        self.buckets[user] = (tokens, now)
+        return (1 - tokens) / self.rate
 
 
 class RoomHandler(HubOAuthenticated, web.RequestHandler):
@@ -96,14 +144,22 @@ class RoomHandler(HubOAuthenticated, web.RequestHandler):
     def write_error(self, status_code, **kwargs):
         reason = kwargs.get("exc_info", (None, None))[1]
         message = getattr(reason, "log_message", None) or self._reason
+        if status_code == 429:
+            self.set_header("Retry-After", str(self.retry_after))
         self.finish({"error": message, "status": status_code})
 
 
 class RecordHandler(RoomHandler):
     async def post(self, kind):
         user = self.user()
+        limit = self.settings["limit"]
+        wait = limit.take(user)  # a refused payload costs a token too: a flood is a flood
+        if wait:
+            self.retry_after = math.ceil(wait)  # write_error sends it: send_error clears the headers set here
+            raise web.HTTPError(429, f"more than {limit.burst} records at once or {PER_MINUTE} a minute from one "
+                                     f"learner; the next is taken in {math.ceil(wait)} s")
         try:
-            record = validate(kind, self.request.body)
+            record = validate(kind, self.request.body, self.settings["manifest"])
         except ValueError as e:
             raise web.HTTPError(400, str(e)) from None
         stored = self.store.add(kind, user, record)  # committed before we answer
@@ -124,11 +180,18 @@ class UserRecordsHandler(RoomHandler):
         self.finish(self.records_of(name))
 
 
+class RemoveHandler(RoomHandler):
+    def post(self, name):
+        """Remove every record of ``name`` (the instructor only; a browser's POST carries the hub's XSRF token)."""
+        by = self.instructor()
+        self.finish({"user": name, "removed": self.store.remove(name, by)})
+
+
 class RoomSummaryHandler(RoomHandler):
     async def get(self):
         self.instructor()
-        learners = await self.settings["roster"].learners()
-        self.finish(self.store.room(learners))
+        names, basis = await self.settings["roster"].learners()
+        self.finish(self.store.room(self.settings["manifest"], names, basis))
 
 
 class ExportHandler(RoomHandler):
@@ -150,38 +213,49 @@ class PageHandler(RoomHandler):
 
 
 class Roster:
-    """The hub's users who are not instructors, asked of the hub at most every 10 s."""
+    """The hub's users who are not instructors, asked of the hub at most every 10 s: those with a server
+    running, when the service's token may read servers, else everyone on the roster."""
 
     def __init__(self, instructors):
         self.instructors = set(instructors)
-        self.names: list[str] = []
+        self.answer: tuple[list[str], str] = ([], "on the hub's roster")
         self.at = 0.0
 
-    async def learners(self) -> list[str]:
+    async def learners(self) -> tuple[list[str], str]:
+        """(names, who they are)."""
         if time.time() - self.at > 10:
             api, token = os.environ.get("JUPYTERHUB_API_URL"), os.environ.get("JUPYTERHUB_API_TOKEN")
             try:
                 response = await httpclient.AsyncHTTPClient().fetch(
                     f"{api}/users", headers={"Authorization": f"token {token}"}, request_timeout=3)
-                self.names = [u["name"] for u in json.loads(response.body) if u["name"] not in self.instructors]
+                users = [u for u in json.loads(response.body) if u["name"] not in self.instructors]
+                if all("servers" in u for u in users):  # the scope read:servers shows them
+                    self.answer = ([u["name"] for u in users if u["servers"]],
+                                   f"with a server running ({len(users)} on the hub's roster)")
+                else:
+                    self.answer = ([u["name"] for u in users], "on the hub's roster")
             except Exception:  # the page still shows whoever sent something
                 pass
             self.at = time.time()
-        return self.names
+        return self.answer
 
 
-def make_app(db: str, instructors: list[str], prefix: str = "/services/room/") -> web.Application:
-    """The service's tornado application over the store at ``db``."""
+def make_app(db: str, instructors: list[str], prefix: str = "/services/room/", manifest: course.Manifest | None = None,
+             roster=None) -> web.Application:
+    """The service's tornado application over the store at ``db`` and the course's ``manifest``."""
     store = Store(db)
+    manifest = manifest or course.load()
     return web.Application([
         (prefix + "oauth_callback", HubOAuthCallbackHandler),
         (prefix + r"api/(reveal|check)", RecordHandler),
         (prefix + "api/mine", MineHandler),
         (prefix + r"api/records/([^/]+)", UserRecordsHandler),
+        (prefix + r"api/remove/([^/]+)", RemoveHandler),
         (prefix + "api/room", RoomSummaryHandler),
         (prefix + "export.csv", ExportHandler),
         (prefix + "?", PageHandler),
-    ], store=store, instructors=set(instructors), roster=Roster(instructors), page=PAGE,
+    ], store=store, manifest=manifest, instructors=set(instructors), roster=roster or Roster(instructors),
+        limit=RateLimit(burst=2 * manifest.records_per_run() + 10, per_minute=PER_MINUTE), page=PAGE,
         cookie_secret=_cookie_secret())
 
 
@@ -195,14 +269,19 @@ def _cookie_secret() -> bytes:
 def main(argv=None) -> None:
     """Run the service where the hub says (JUPYTERHUB_SERVICE_URL and _PREFIX)."""
     parser = argparse.ArgumentParser(prog="python -m shapelab.room.service", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--db", required=True, help="SQLAlchemy URL: sqlite:////path/room.sqlite or postgresql://...")
+    parser.add_argument("--db", default=os.environ.get(DB_ENV),
+                        help=f"SQLAlchemy URL: sqlite:////path/room.sqlite or postgresql://... (default: ${DB_ENV}, "
+                             "which keeps a password off the command line)")
     args = parser.parse_args(argv)
+    if not args.db:
+        parser.error(f"no store: set {DB_ENV} (or --db)")
     instructors = [n for n in os.environ.get(INSTRUCTORS_ENV, "").split(",") if n]
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/room/")
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
     app = make_app(args.db, instructors, prefix)
     app.listen(url.port, url.hostname, max_body_size=64 * 1024)
-    print(f"room service on {url.geturl()}{prefix} (store: {app.settings['store'].engine.url!r}, "
+    print(f"room service on {url.geturl()}{prefix} (store: {app.settings['store'].engine.url!r}, "  # password hidden
+          f"manifest: {len(app.settings['manifest'].lessons)} lessons, {len(app.settings['manifest'].labs)} labs, "
           f"instructors: {', '.join(instructors) or 'none'})", flush=True)
     ioloop.IOLoop.current().start()
 

@@ -4,12 +4,16 @@ SQLite by default (one file, WAL, every commit synced before the service answers
 loses nothing acknowledged); a PostgreSQL URL (``postgresql://...``, driver installed separately)
 for a hub on several machines. The same SQLAlchemy Core statements serve both. The schema is
 versioned: ``MIGRATIONS`` lists the steps in order and ``Store`` applies the missing ones at start.
+
+``Store.room`` is what the instructor's page shows, read against the course's manifest: each learner
+counts once per prompt (their latest record), and the measured value is what most kernels measured.
 """
 from __future__ import annotations
 
 import csv
 import io
 import time
+from collections import Counter
 
 import sqlalchemy as sa
 
@@ -27,6 +31,7 @@ reveals = sa.Table(
     sa.Column("measured", sa.String(200), nullable=False),
     sa.Column("agreed", sa.Boolean, nullable=False),
     sa.Column("at", sa.Float, nullable=False),
+    sa.Column("answered", sa.Boolean, nullable=False, server_default=sa.true()),  # False: left as ``...`` (v3)
 )
 
 checks = sa.Table(
@@ -40,14 +45,25 @@ checks = sa.Table(
     sa.Column("at", sa.Float, nullable=False),
 )
 
+removals = sa.Table(  # who removed whose records, when, and how many (v3)
+    "removals", metadata,
+    sa.Column("user", sa.String(255), nullable=False),
+    sa.Column("by", sa.String(255), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("reveals", sa.Integer, nullable=False),
+    sa.Column("checks", sa.Integer, nullable=False),
+)
+
 by_prompt = sa.Index("reveals_by_prompt", reveals.c.lesson, reveals.c.prompt)
 by_exercise = sa.Index("checks_by_exercise", checks.c.lab, checks.c.exercise)
 
 
 def _v1(conn):
-    """The records themselves."""
+    """The records themselves, as version 1 had them."""
     for table in (reveals, checks):
-        conn.execute(sa.schema.CreateTable(table))  # the table alone: its indexes belong to _v2
+        v1 = sa.Table(table.name, sa.MetaData(), *[sa.Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable)
+                                                    for c in table.columns if c.name != "answered"])
+        conn.execute(sa.schema.CreateTable(v1))  # the table alone: its indexes belong to _v2
 
 
 def _v2(conn):
@@ -56,7 +72,13 @@ def _v2(conn):
     by_exercise.create(conn)
 
 
-MIGRATIONS = [_v1, _v2]  # MIGRATIONS[i] takes the schema from version i to i + 1
+def _v3(conn):
+    """A reveal left unanswered (``predicted = ...``) is recorded too; the instructor's removals are kept."""
+    conn.execute(sa.text("ALTER TABLE reveals ADD COLUMN answered BOOLEAN NOT NULL DEFAULT TRUE"))
+    conn.execute(sa.schema.CreateTable(removals))
+
+
+MIGRATIONS = [_v1, _v2, _v3]  # MIGRATIONS[i] takes the schema from version i to i + 1
 VERSION = len(MIGRATIONS)
 KINDS = {"reveal": reveals, "check": checks}
 
@@ -105,9 +127,13 @@ class Store:
         migrate(self.engine)
 
     def add(self, kind: str, user: str, record: dict) -> bool:
-        """Store one record; False when its id was stored before (nothing changes then)."""
+        """Store one record; False when its id was stored before (nothing changes then). A reveal whose
+        ``predicted`` is None was left unanswered."""
         table = KINDS[kind]
-        row = {c.name: record[c.name] for c in table.columns if c.name not in ("user", "at")}
+        row = {c.name: record[c.name] for c in table.columns if c.name in record and c.name not in ("user", "at")}
+        if kind == "reveal":
+            row |= {"answered": record["predicted"] is not None, "predicted": record["predicted"] or "",
+                    "agreed": bool(record["agreed"])}
         with self.engine.begin() as conn:
             if conn.execute(sa.select(table.c.id).where(table.c.id == row["id"])).first():
                 return False
@@ -116,6 +142,14 @@ class Store:
             except sa.exc.IntegrityError:  # the same id, sent twice at once
                 return False
         return True
+
+    def remove(self, user: str, by: str) -> dict:
+        """Delete every record of ``user`` (one transaction) and note who did it; the counts removed."""
+        with self.engine.begin() as conn:
+            counts = {name: conn.execute(table.delete().where(table.c.user == user)).rowcount
+                      for name, table in (("reveals", reveals), ("checks", checks))}
+            conn.execute(removals.insert().values(user=user, by=by, at=time.time(), **counts))
+        return counts
 
     def records(self, kind: str, user: str | None = None) -> list[dict]:
         """Every record of ``kind`` (only ``user``'s when given), oldest first."""
@@ -126,52 +160,92 @@ class Store:
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(query)]
 
-    def room(self, learners: list[str]) -> dict:
-        """What the instructor's page shows: every prompt's predictions (the latest per learner) and
-        every exercise's passed / tried / not started (over ``learners`` and whoever sent a check)."""
-        prompts: dict[tuple, dict] = {}
+    def room(self, manifest, learners: list[str], basis: str) -> dict:
+        """What the instructor's page shows, in the course's order: every prompt of every lesson (by its
+        question; answered, left unanswered, not reached, of N learners), where each learner is, the prompt
+        the room is on, and every exercise of every lab. N counts ``learners`` (``basis`` says who they
+        are) and whoever sent a record."""
+        latest: dict[tuple, dict] = {}  # (lesson, line) -> user -> their latest reveal
+        where: dict[str, dict] = {}     # user -> their latest reveal or check, as a position
+        unknown = 0
         for r in self.records("reveal"):
-            p = prompts.setdefault((r["lesson"], r["prompt"]), {"lesson": r["lesson"], "prompt": r["prompt"],
-                                                                  "latest": 0.0, "by_user": {}})
-            p["by_user"][r["user"]] = r  # later records replace earlier ones: a learner's latest prediction
-            p["latest"] = max(p["latest"], r["at"])
-        out_prompts = []
-        for p in sorted(prompts.values(), key=lambda p: -p["latest"]):
-            counts: dict[str, int] = {}
-            measured: dict[str, int] = {}
-            for r in p["by_user"].values():
-                counts[r["predicted"]] = counts.get(r["predicted"], 0) + 1
-                measured[r["measured"]] = measured.get(r["measured"], 0) + 1
-            agreed = sum(r["agreed"] for r in p["by_user"].values())
-            out_prompts.append({"lesson": p["lesson"], "prompt": p["prompt"], "predictions": counts,
-                                "measured": max(measured, key=measured.get), "answered": len(p["by_user"]),
-                                "agreed": agreed, "latest": p["latest"]})
-        exercises: dict[tuple, dict] = {}
+            found = manifest.prompt(r["lesson"], r["prompt"])
+            if found is None:  # a prompt since removed from the course: in the CSV, not on the page
+                unknown += 1
+                continue
+            latest.setdefault((r["lesson"], r["prompt"]), {})[r["user"]] = r
+            where[r["user"]] = {"lesson": r["lesson"], "index": found[1], "at": r["at"]}
+        tried: dict[tuple, set] = {}
+        passed: dict[tuple, set] = {}
+        last_check: dict[str, dict] = {}
         for r in self.records("check"):
-            e = exercises.setdefault((r["lab"], r["exercise"]), {"lab": r["lab"], "exercise": r["exercise"],
-                                                                 "passed": set(), "tried": set()})
-            e["tried"].add(r["user"])
+            lab = manifest.lab(r["lab"])
+            if lab is None or r["exercise"] not in lab.exercises:
+                unknown += 1
+                continue
+            tried.setdefault((r["lab"], r["exercise"]), set()).add(r["user"])
             if r["passed"]:
-                e["passed"].add(r["user"])
-        everyone = set(learners) | {u for e in exercises.values() for u in e["tried"]}
-        out_exercises = [{"lab": e["lab"], "exercise": e["exercise"], "passed": len(e["passed"]),
-                          "tried": len(e["tried"] - e["passed"]), "not_started": len(everyone - e["tried"])}
-                         for e in exercises.values()]
-        return {"prompts": out_prompts, "exercises": out_exercises, "learners": len(everyone)}
+                passed.setdefault((r["lab"], r["exercise"]), set()).add(r["user"])
+            last_check[r["user"]] = {"lab": lab.title, "exercise": r["exercise"], "at": r["at"]}
+        everyone = sorted(set(learners) | set(where) | set(last_check))
+        n = len(everyone)
+
+        lessons = []
+        for lesson in manifest.lessons:
+            prompts = []
+            for i, p in enumerate(lesson.prompts):
+                by_user = latest.get((lesson.id, p.line), {})
+                answered = [r for r in by_user.values() if r["answered"]]
+                measured = Counter(r["measured"] for r in by_user.values()).most_common()
+                majority = measured[0][0] if measured and (len(measured) == 1 or measured[0][1] > measured[1][1]) \
+                    else None  # a tie: no value is the room's
+                prompts.append({
+                    "index": i, "line": p.line, "kind": p.kind, "question": p.question, "name": p.name,
+                    "answered": len(answered), "unanswered": len(by_user) - len(answered), "not_reached": n - len(by_user),
+                    "predictions": [[v, k] for v, k in Counter(r["predicted"] for r in answered).most_common()],
+                    "measured": [[v, k] for v, k in measured], "majority": majority,
+                    # a kernel's "as predicted" counts only where it measured what the room did
+                    "agreed": sum(r["agreed"] and r["measured"] == majority for r in answered)})
+            lessons.append({"id": lesson.id, "title": lesson.title, "prompts": prompts,
+                            "reached": any((lesson.id, p.line) in latest for p in lesson.prompts)})
+
+        positions = Counter((w["lesson"], w["index"]) for w in where.values())
+        follow = None
+        if positions:  # the prompt most learners reached last; on a tie, the one reached latest
+            (lesson, index), _ = max(positions.items(), key=lambda kv: (kv[1], max(
+                w["at"] for w in where.values() if (w["lesson"], w["index"]) == kv[0])))
+            follow = {"lesson": lesson, "index": index}
+
+        labs = [{"id": lab.id, "label": lab.label, "title": lab.title, "exercises": [
+            {"name": e, "passed": len(passed.get((lab.label, e), ())),
+             "tried": len(tried.get((lab.label, e), set()) - passed.get((lab.label, e), set())),
+             "not_started": n - len(tried.get((lab.label, e), ()))} for e in lab.exercises]} for lab in manifest.labs]
+        with self.engine.connect() as conn:
+            removed = [dict(r._mapping) for r in conn.execute(sa.select(removals).order_by(removals.c.at))]
+        return {"learners": {"n": n, "names": everyone, "basis": basis}, "lessons": lessons, "follow": follow,
+                "positions": [{"user": u, "reveal": where.get(u), "check": last_check.get(u)} for u in everyone],
+                "labs": labs, "removals": removed, "not_in_course": unknown}
 
     def export_csv(self) -> str:
-        """The whole session, one row per record, both kinds in one table."""
+        """The whole session, one row per record, both kinds in one table; no cell a spreadsheet would run."""
         out = io.StringIO()
         w = csv.writer(out)
-        w.writerow(["kind", "user", "time", "lesson_or_lab", "prompt_or_exercise", "predicted", "measured",
-                    "agreed", "passed", "attempt"])
+        w.writerow(["kind", "user", "time", "lesson_or_lab", "prompt_or_exercise", "answered", "predicted",
+                    "measured", "agreed", "passed", "attempt"])
         for r in self.records("reveal"):
-            w.writerow(["reveal", r["user"], _iso(r["at"]), r["lesson"], r["prompt"], r["predicted"], r["measured"],
-                        r["agreed"], "", ""])
+            w.writerow(map(_cell, ["reveal", r["user"], _iso(r["at"]), r["lesson"], r["prompt"], r["answered"],
+                                   r["predicted"], r["measured"], r["agreed"], "", ""]))
         for r in self.records("check"):
-            w.writerow(["check", r["user"], _iso(r["at"]), r["lab"], r["exercise"], "", "", "", r["passed"],
-                        r["attempt"]])
+            w.writerow(map(_cell, ["check", r["user"], _iso(r["at"]), r["lab"], r["exercise"], "", "", "", "",
+                                   r["passed"], r["attempt"]]))
         return out.getvalue()
+
+
+def _cell(value) -> str:
+    """A CSV cell a spreadsheet shows as text: one starting with = + - @, tab or CR gets a leading quote
+    (OWASP's advice against formula injection)."""
+    text = str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 def _iso(t: float) -> str:
