@@ -113,7 +113,7 @@ def test_rule_on_constructed_timings():
     fast, slow = Timing((1.0, 1.1, 1.2, 1.3, 1.4)), Timing((2.0, 2.1, 2.2, 2.3, 2.4))
     c = compare(slow, fast, "dynamic", "static")
     assert c.distinguishable and c.verdict == "slower" and abs(c.ratio - 2.2 / 1.2) < 1e-12
-    assert c.ratio_range == (2.1 / 1.3, 2.3 / 1.1) and "1.83x" in str(c) and "slower" in str(c)
+    assert c.ratio_range == (2.1 / 1.3, 2.3 / 1.1) and "1.83x" in str(c) and "slower" in str(c) and c.times == "1.83x the time (slower)"
     assert compare(fast, slow).verdict == "faster"
     overlapping = Timing((1.2, 1.3, 1.4, 1.5, 1.6))  # median 1.4 > 1.2, but its IQR 1.3..1.5 meets fast's 1.1..1.3
     for c in (compare(overlapping, fast), compare(fast, fast)):  # overlapping, and equal
@@ -172,3 +172,35 @@ def test_rule_properties_on_generated_timings():
             assert ab.verdict == "faster"
         scaled = compare(Timing(tuple(x * 1000 for x in a.samples)), Timing(tuple(x * 1000 for x in b.samples)))
         assert scaled.verdict == ab.verdict
+
+
+def test_lesson03_fall_back_cost_goes_through_the_rule():
+    """Lesson 03's "a fell-back call costs N x a compiled one" is printed only beyond the spread of both."""
+    from shapelab.lessons.l03_limit import FallBackTiming
+
+    def row(path, through, eager):
+        t, e = Timing(through), Timing(eager)
+        return {"_path": path, "_ratio": t.median / e.median, "_through": t.median, "_eager": e.median,
+                "_through_t": t, "_eager_t": e}
+
+    eager = (1.0, 1.0, 1.1, 1.2, 1.2)
+    apart = FallBackTiming(None, [row("compiled", (0.8, 0.8, 0.8, 0.8, 0.8), eager),
+                                  row("fell back", (2.0, 2.1, 2.2, 2.3, 2.4), eager)], 2, "inductor", 1)
+    assert apart.versus().verdict == "slower" and "2.75x" in str(apart.versus())
+    assert apart.against_eager("fell back").verdict == "slower" and apart.extra_text("fell back").endswith(" more")
+    wide = (0.5, 1.0, 2.0, 3.0, 4.0)
+    noisy = FallBackTiming(None, [row("compiled", wide, wide), row("fell back", (0.6, 1.5, 2.5, 3.5, 4.5), wide)],
+                           2, "inductor", 1)
+    assert noisy.versus().verdict == NOT_DISTINGUISHABLE and "x its time" not in str(noisy.versus())
+    assert noisy.extra_text("fell back") == NOT_DISTINGUISHABLE
+
+
+def test_time_interleaved_alternates_rounds_and_pools_them():
+    from shapelab.instruments.timing import time_interleaved
+
+    order = []
+    out = time_interleaved({"a": (lambda: order.append("a"), ()), "b": (lambda: order.append("b"), ())},
+                           min_run_time=0.004, rounds=3)
+    switches = sum(1 for x, y in zip(order, order[1:]) if x != y)
+    assert switches >= 5  # a, b, a, b, a, b: at least one switch per round boundary
+    assert set(out) == {"a", "b"} and all(len(t.samples) >= 3 and t.runs >= len(t.samples) for t in out.values())

@@ -68,8 +68,47 @@ def test_a_clamped_control_is_named_in_the_status_line():
     assert bench.click()
     assert "Adjusted: 'features': 999 is outside 1..8, so it was set to 8" in bench.status.value
     assert bench.click() and bench.status.value == DONE  # said once, not forever
-    bench.controls["feature"].value = 1  # as the front end sends a clamped typed value: only the bound is seen
-    assert bench.click() and "'features' is at its minimum (1): the slider clamps anything typed below it to 1" in bench.status.value
+    bench.controls["feature"].slider.value = 1  # dragged to its minimum: nothing was changed for the learner
+    assert bench.click() and "Adjusted" not in bench.status.value and bench.status.value == DONE
+    bench.set(feature=8)  # typed, in range: no note either
+    assert bench.click() and bench.status.value == DONE
+
+
+def test_text_typed_into_a_number_control_gets_a_note_and_changes_nothing():
+    bench, _ = _bench()
+    assert bench.click()
+    for typed in ("abc", "2.5", "", "3 4"):
+        bench.set(feature=typed)
+        assert bench.controls["feature"].value == 3 and bench.controls["feature"].box.value == "3"
+        assert f"Note: 'features': {typed.strip()!r} is not a whole number, so it stays at 3" in bench.status.value  # before Run
+        assert "Adjusted" not in bench.status.value
+        assert bench.click() and "is not a whole number" in bench.status.value
+        assert bench.click() and bench.status.value == DONE
+    bench.set(feature=" 5 ")
+    assert bench.controls["feature"].value == 5 and "Adjusted" not in bench.status.value
+
+
+def test_panes_are_marked_stale_when_inputs_change_without_run():
+    bench, _ = _bench()
+    bench.set(feature=4)
+    assert not any(bench.is_stale(n) for n in bench.panes)  # nothing ran yet: nothing to mark
+    assert bench.click()
+    for change in ({"feature": 5}, {"sizes": "2, 3"}, {"policy": True}):
+        bench.set(**change)
+        assert all(bench.is_stale(n) for n in ("compiles", "reasons")) and "Inputs changed" in bench.status.value
+        assert "the inputs changed since: press Run" in bench.pane_text("compiles")
+        assert bench.click() and not any(bench.is_stale(n) for n in bench.panes)
+    bench.set(feature=6)
+    bench.set(feature=5)  # back to what the panes show: no longer stale
+    assert not bench.is_stale("compiles") and bench.status.value == DONE
+
+
+def test_a_slider_track_is_wide_enough_to_aim_with():
+    from shapelab.labkit.widgets import TRACK_PX
+
+    control = int_slider("n", 2, 1, 4)
+    assert TRACK_PX >= 150 and control.slider.layout.width == f"{TRACK_PX}px" and control.slider.readout is False
+    assert control.box.description == "n" and control.slider.description == ""  # the label sits on the box typed in
 
 
 def test_a_pane_showing_a_table_takes_the_full_row():
@@ -133,3 +172,38 @@ def test_inductor_check_reports_a_missing_compiler(monkeypatch, tmp_path):
     with torch._inductor.config.patch({"cpp.cxx": (missing,)}):
         check = inductor_check("cpu")
     assert not check.ok and "C++ compiler" in check.message
+
+
+def test_benches_agree_with_their_lessons():
+    """Lesson 01's bench at the recompile limit says the same in both panes; lesson 04's refuses a bucket larger
+    than the longest request; lesson 07's refuses a graph budget above the recompile limit (and its slider stops
+    there), and shows the replays' notes that its summary points to."""
+    import pytest
+
+    from shapelab.instruments import compat
+    from shapelab.lessons import l01_guards, l04_buckets
+    from shapelab.tools.doctor import bench as doctor_bench
+
+    with torch._dynamo.config.patch(compat.recompile_limit_patch(2)):  # three shapes under dynamic=False hit it
+        panes = l01_guards.run_bench(history="2x4, 3x4", batch=30, features=4, policy=False)
+    assert "calls [2] ran eagerly" in panes["compiles"]
+    assert "ran eagerly" in panes["last call"] and "reused" not in panes["last call"]
+    with pytest.raises(ValueError, match="larger than the longest request"):
+        l04_buckets.run_bench(max_len=16, strategy="multiple", k=32, distribution="uniform", requests=3)
+    limit = compat.get_recompile_limit()
+    work = {"w": (lambda x: x, lambda n, spread, seed: [])}
+    with pytest.raises(ValueError, match=f"above the recompile limit \\({limit}\\)"):
+        doctor_bench.run_bench(work, "w", budget=limit + 1)
+    assert doctor_bench.build_bench(work).controls["budget"].max == limit
+
+    class Replay:
+        label, notes = "padded to buckets", ["the prediction missed: 3 graphs, not 2"]
+
+    class Diagnosis:
+        runs = [Replay()]
+
+        def proof_table(self):
+            return [{"replay": "padded to buckets", "prediction": "MISSED"}]
+
+    shown = to_html(doctor_bench._with_notes(Diagnosis()))
+    assert "MISSED" in shown and "notes:" in shown and "padded to buckets: the prediction missed: 3 graphs, not 2" in shown

@@ -110,10 +110,10 @@ class Comparison:
 
     @property
     def times(self) -> str:
-        """ "2.02x the time of b" when distinguishable, else the rule's words."""
+        """ "2.02x the time (slower)" when distinguishable, else the rule's words: for a table's cell."""
         if not self.distinguishable:
             return NOT_DISTINGUISHABLE
-        return f"{self.ratio:.2f}x the time of {self.b_name}"
+        return f"{self.ratio:.2f}x the time ({self.verdict})"
 
     def __str__(self) -> str:
         lo, hi = self.ratio_range
@@ -248,6 +248,24 @@ def time_warm(fn: Callable, *args: Any, min_run_time: float = 0.2, threads: int 
     n = torch.get_num_threads() if threads is None else validate_count("threads", threads)
     timer = Timer(stmt="fn(*args)", globals={"fn": fn, "args": args}, num_threads=n)
     return Timing.from_measurement(timer.blocked_autorange(min_run_time=min_run_time))
+
+
+def time_interleaved(calls: dict[str, tuple[Callable, tuple]], *, min_run_time: float = 0.2, rounds: int = 4,
+                     threads: int | None = None) -> dict[str, Timing]:
+    """Warm timings of several calls, ``{name: (fn, args)}``, taken in ``rounds`` alternating rounds of
+    ``time_warm`` (each ``min_run_time / rounds`` seconds), so that load on a shared machine, which comes and
+    goes over seconds, hits every side alike and shows in each side's spread instead of between them."""
+    from .inputs import validate_count
+
+    validate_count("rounds", rounds)
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    runs = dict.fromkeys(calls, 0)
+    for _ in range(rounds):
+        for name, (fn, args) in calls.items():
+            t = time_warm(fn, *args, min_run_time=min_run_time / rounds, threads=threads)
+            samples[name] += t.samples
+            runs[name] += t.runs
+    return {name: Timing(tuple(v), runs=runs[name]) for name, v in samples.items()}
 
 
 def time_first_call(fn: Callable, *args: Any, device=None) -> float:

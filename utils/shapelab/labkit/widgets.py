@@ -9,9 +9,11 @@ What a learner sees (checked by tests/test_browser.py in a 1280 x 800 window):
 - no glyph the usual fonts lack: the title's icon is a small inline SVG, the status line is words;
 - after an error the panes keep the last successful run, marked "not updated" with the inputs
   of that run (or stay empty when nothing ran yet);
-- a control the bench or the widget adjusted (a typed 999 clamped to a slider's 64, a size list
-  with repeats) is named in the status line ("Adjusted: ..."); ``run`` may add its own line under the
-  key ``"_note"`` ("Note: ...");
+- a whole-number control (``int_slider``) is a box to type in beside a slider track (at least 150 px):
+  a typed value outside its range is clamped and named in the status line ("Adjusted: ...", only when
+  a value was changed), typed text that is not a whole number is refused with a note ("Note: ...");
+  ``run`` may add its own line under the key ``"_note"``;
+- when the inputs change after a run, the panes are marked "Not updated" until Run is pressed;
 - text wraps at spaces (never inside a word), figures shrink to their pane, long per-call counts
   are a small step plot (``Steps``), and tick labels that would overlap are thinned out.
 """
@@ -25,6 +27,7 @@ import re
 from typing import Any, Callable, Sequence
 
 import ipywidgets as W
+import traitlets
 
 from ..instruments.display import fmt_shape, html_table
 from ..instruments.observe import Record, short_reason
@@ -47,6 +50,8 @@ STYLE = """<style>
 .shapelab-bench .shapelab-stale { color: #7a4100; background: #fff3e0; border-left: 3px solid #e08a00;
   padding: 2px 6px; margin-bottom: 4px; font-size: 12px; }
 .shapelab-bench .widget-dropdown { width: auto; max-width: 100%; }
+.shapelab-bench .shapelab-int .widget-text { width: auto; }
+.shapelab-bench .shapelab-int .widget-text input { width: 64px; flex: 0 0 64px; }
 .shapelab-bench .widget-dropdown > select { width: auto; min-width: 148px; max-width: 640px; }
 </style>"""
 
@@ -157,8 +162,10 @@ class LabBench:
         self.last_ok: dict | None = None  # control values of the last successful run
         self._ok_html: dict[str, str] = {}
         self._adjusted: list[str] = []  # what set() had to change
-        self._previous: dict | None = None  # control values at the last click
+        self._running = False
         self.button.on_click(lambda _button: self.click())
+        for w in self.controls.values():
+            w.observe(lambda _change: self._inputs_changed(), ["value", "said"] if isinstance(w, IntControl) else "value")
         boxes = []
         self._boxes: dict[str, W.VBox] = {}
         for n, p in self.panes.items():
@@ -191,47 +198,64 @@ class LabBench:
             if k not in self.controls:
                 raise KeyError(f"no control {k!r}; controls are {', '.join(self.controls)}")
             w = self.controls[k]
+            if isinstance(w, IntControl):  # typed text or a number, as a person would type it: it notes itself
+                w.type(str(v))
+                continue
             w.value = v
             if isinstance(v, (int, float)) and not isinstance(v, bool) and w.value != v:
                 self._adjusted.append(f"{_label(w, k)}: {v!r} is outside {w.min}..{w.max}, so it was set to {w.value!r}")
         return self
 
-    def _bound_notes(self, values: dict) -> list[str]:
-        """Sliders the learner moved to a bound since the last run: a typed value beyond it was clamped there."""
-        notes, before = [], self._previous or {}
-        for k, w in self.controls.items():
-            if k not in before or before[k] == values[k]:
-                continue
-            lo, hi = getattr(w, "min", None), getattr(w, "max", None)
-            if isinstance(w, (W.IntSlider, W.FloatSlider, W.BoundedIntText, W.BoundedFloatText)) and w.value in (lo, hi):
-                if any(note.startswith(_label(w, k) + ":") for note in self._adjusted):
-                    continue
-                edge = "maximum" if w.value == hi else "minimum"
-                beyond = "above it" if edge == "maximum" else "below it"
-                notes.append(f"{_label(w, k)} is at its {edge} ({w.value!r}): the slider clamps anything typed {beyond} "
-                             f"to {w.value!r}, so check it is the value you meant")
-        return notes
+    def _control_notes(self, take: bool) -> tuple[list[str], list[str]]:
+        """(adjusted, refused): what the controls changed or refused since the last Run."""
+        adjusted, refused = list(self._adjusted), []
+        for w in self.controls.values():
+            if isinstance(w, IntControl):
+                adjusted += w.adjusted
+                refused += w.refused
+                if take:
+                    w.adjusted, w.refused = [], []
+        return adjusted, refused
+
+    def _inputs_changed(self) -> None:
+        """Inputs changed without Run: say so in the status line and mark the panes as an earlier run's."""
+        if self._running:
+            return
+        adjusted, refused = self._control_notes(take=False)
+        notes = _notes_html(adjusted) + _notes_html(refused, "Note")
+        if self.last_ok is None:
+            self.status.value = "Set the controls, then press Run." + notes
+            return
+        if self.values() == self.last_ok:
+            self._show_ok()
+            self.status.value = DONE + notes
+            return
+        self._mark_stale(f"these panes show the run with {_fmt_values(self.last_ok)}; the inputs changed since: press Run")
+        self.status.value = "<b>Inputs changed</b>: press Run to update the panes." + notes
 
     def click(self) -> bool:
         """Run once with the current control values; True on success."""
         self.button.disabled = True
+        self._running = True
         self.status.value = BUSY
         values = self.values()
-        notes, self._adjusted = self._adjusted + self._bound_notes(values), []
-        self._previous = values
+        notes, refused = self._control_notes(take=True)
+        self._adjusted = []
         try:
             result = dict(self.run_fn(**values))
         except Exception as e:  # shown to the learner; the kernel and the bench stay usable
             self.last_error = e
             first = (str(e).strip().splitlines() or [""])[0]
-            self._mark_stale()
+            if self.last_ok is not None:
+                self._mark_stale(f"the last successful run ({_fmt_values(self.last_ok)}); the current inputs raised an error")
             kept = ("The panes below still show the last successful run." if self.last_ok is not None
                     else "Nothing has run yet, so the panes are empty.")
             self.status.value = (f"<span style='color:#b00020'><b>Error</b>, not run: {html.escape(type(e).__name__)}: "
-                                 f"{html.escape(first)}</span> {kept}" + _notes_html(notes))
+                                 f"{html.escape(first)}</span> {kept}" + _notes_html(notes) + _notes_html(refused, "Note"))
             return False
         finally:
             self.button.disabled = False
+            self._running = False
         self.last_error = None
         note = result.pop(NOTE_KEY, None)
         for name in result:
@@ -243,20 +267,22 @@ class LabBench:
             if "<table" in self._ok_html[name]:  # a table needs the full row, or it would scroll sideways
                 self._boxes[name].layout.min_width = "100%"
         self.last_ok = values
-        self.status.value = DONE + _notes_html(notes) + (_notes_html([str(note)], "Note") if note else "")
+        self.status.value = DONE + _notes_html(notes) + _notes_html(refused + ([str(note)] if note else []), "Note")
         return True
 
-    def _mark_stale(self) -> None:
-        if self.last_ok is None:
-            return
-        banner = (f"<div class='shapelab-stale'>Not updated: the last successful run "
-                  f"({html.escape(_fmt_values(self.last_ok))}); the current inputs raised an error.</div>")
+    def _mark_stale(self, why: str) -> None:
+        banner = f"<div class='shapelab-stale'>Not updated: {html.escape(why)}.</div>"
         for name, pane in self.panes.items():
             if name in self._ok_html:
                 pane.value = banner + self._ok_html[name]
 
+    def _show_ok(self) -> None:
+        for name, pane in self.panes.items():
+            if name in self._ok_html:
+                pane.value = self._ok_html[name]
+
     def is_stale(self, name: str) -> bool:
-        """True when pane ``name`` shows an earlier run because the latest one failed."""
+        """True when pane ``name`` shows an earlier run: the latest one failed, or the inputs changed since."""
         return "shapelab-stale" in self.panes[name].value
 
     def pane_text(self, name: str) -> str:
@@ -350,12 +376,68 @@ def dropdown(description: str, options, value=None) -> W.Dropdown:
     return W.Dropdown(description=description, options=pairs, index=index, style={"description_width": "initial"})
 
 
-def int_slider(description: str, value: int, min: int, max: int, step: int = 1) -> W.IntSlider:
-    """A labelled integer slider whose readout can be typed into (values beyond min/max are clamped, and said)."""
-    return W.IntSlider(description=description, value=value, min=min, max=max, step=step,
-                       continuous_update=False, style={"description_width": "initial"})
+TRACK_PX = 180  # a slider's track: wide enough to aim at a value (at least 150 px, tests/test_browser.py)
+
+
+class IntControl(W.HBox):
+    """A whole number in ``min..max``: a labelled box to type it in, and a slider track beside it.
+
+    ``value`` is a plain trait (what the bench reads and observes). Typed text goes through ``type``: a whole
+    number outside the range is clamped and recorded in ``adjusted``; anything else (``'abc'``, ``'2.5'``) is
+    refused, the value stays, and ``refused`` says why. A slider's own readout would drop such text silently.
+    """
+
+    value = traitlets.Int()
+    said = traitlets.Int(0)  # bumped on every new note, so that the bench can show it before Run
+
+    def __init__(self, description: str, value: int, min: int, max: int, step: int = 1):
+        if not min <= value <= max:
+            raise ValueError(f"{description!r}: {value} is outside {min}..{max}")
+        self.description, self.min, self.max = description, min, max
+        self.adjusted: list[str] = []
+        self.refused: list[str] = []
+        self.box = W.Text(description=description, value=str(value), continuous_update=False,
+                          style={"description_width": "initial"})
+        self.slider = W.IntSlider(value=value, min=min, max=max, step=step, readout=False, continuous_update=False,
+                                  layout=W.Layout(width=f"{TRACK_PX}px"))
+        super().__init__([self.box, self.slider], value=value, layout=W.Layout(align_items="center", margin="0 12px 0 0"))
+        self.add_class("shapelab-int")
+        self.box.observe(lambda change: self.type(change["new"]), "value")
+        self.slider.observe(lambda change: setattr(self, "value", change["new"]), "value")
+        self.observe(self._show, "value")
+
+    @traitlets.validate("value")
+    def _clamp(self, proposal):
+        v = proposal["value"]
+        clamped = min(max(v, self.min), self.max)
+        if clamped != v:
+            self.adjusted.append(f"'{self.description}': {v!r} is outside {self.min}..{self.max}, so it was set to {clamped!r}")
+            self.said += 1
+        return clamped
+
+    def type(self, text: str) -> None:
+        """What typing ``text`` and pressing Enter does."""
+        t = str(text).strip()
+        try:
+            number = int(t)
+        except ValueError:
+            self.refused.append(f"'{self.description}': {t!r} is not a whole number, so it stays at {self.value}")
+            self.box.value = str(self.value)
+            self.said += 1
+            return
+        self.value = number
+        self.box.value = str(self.value)  # the clamped value, when it was clamped
+
+    def _show(self, change) -> None:
+        self.slider.value = change["new"]
+        self.box.value = str(change["new"])
+
+
+def int_slider(description: str, value: int, min: int, max: int, step: int = 1) -> IntControl:
+    """A labelled whole-number control: a box to type in and a slider track (see ``IntControl``)."""
+    return IntControl(description, value, min, max, step)
 
 
 def text(description: str, value: str) -> W.Text:
-    """A labelled text box, e.g. for a list of sizes."""
-    return W.Text(description=description, value=value, style={"description_width": "initial"})
+    """A labelled text box, e.g. for a list of sizes; its value is sent on Enter or when it loses focus."""
+    return W.Text(description=description, value=value, continuous_update=False, style={"description_width": "initial"})

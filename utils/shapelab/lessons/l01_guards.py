@@ -29,7 +29,7 @@ from ..instruments.inputs import make_tensor, parse_shapes, validate_shape
 from ..instruments.logs import quiet_guard_errors
 from ..instruments.isolation import isolated
 from ..instruments.observe import ExperimentError, Mark, as_args, observe, short_reason
-from ..instruments.timing import Timing, time_call
+from ..instruments.timing import Comparison, Timing, compare, time_call
 
 SOURCE_GUARD_US = (1.0, 5.0)  # the source text's "Guard evaluation ~1-5 µs per call"
 
@@ -223,13 +223,19 @@ class KernelComparison:
         rows = Table()
         for n, t in self.timings.items():
             s, d, e = t["static"], t["dynamic"], t.get("eager")
+            c = compare(d, s)
             row = {"length": n, "static": str(s), "dynamic": str(d),
-                   "dynamic / static": f"{d.median / s.median:.2f}",
-                   "range of ratio (q1..q3)": f"{d.q1 / s.q3:.2f} .. {d.q3 / s.q1:.2f}"}
+                   "dynamic / static": f"{c.ratio:.2f}", "range of ratio (q1..q3)": "{:.2f} .. {:.2f}".format(*c.ratio_range),
+                   "verdict": c.verdict}
             if e is not None:
                 row["eager"] = str(e)
             rows.append(row)
         return rows
+
+    def compare(self, n: int) -> Comparison:
+        """The dynamic kernel against the static one at length ``n``, by the course's timing rule."""
+        t = self.timings[n]
+        return compare(t["dynamic"], t["static"], f"the dynamic kernel at length {n}", "the static one")
 
     def ratios(self) -> dict[int, float]:
         """Median dynamic time over median static time, per size."""
@@ -551,8 +557,13 @@ def run_bench(history: str = "4x16, 8x16", batch: int = 16, features: int = 16, 
         e = rec.compiles[-1]
         verdict = (f"{shapes[-1]} compiled a new graph (#{e.number}), seen as {fmt_shape(*e.shapes)}"
                    + (f"\nbecause: {short_reason(e.reason)}" if e.reason else ""))
-    else:
+    elif last.fell_back:  # the same words as the compiles pane: the limit was hit, so no graph ran
+        verdict = (f"{shapes[-1]} ran eagerly: no cached graph's guards passed and the recompile limit "
+                   f"was hit, so nothing compiled and no graph ran")
+    elif last.graphs_run:
         verdict = f"{shapes[-1]} reused a compiled graph: no compile"
+    else:
+        verdict = f"{shapes[-1]} ran no compiled graph and compiled nothing"
     panes["last call"] = verdict
     panes["shapes"] = [f"#{e.number}: {fmt_shape(*e.shapes)}" for e in rec.compiles] or "(nothing compiled)"
     return panes

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from ..instruments.inputs import make_tensor, validate_count
 from ..instruments.logs import quiet_dynamo_stderr
 from ..instruments.observe import Mark, Observer, Record, short_reason
 from ..instruments.serving import ServeReport, replay
-from ..instruments.timing import Timing, cpu_threads, time_call
+from ..instruments.timing import Comparison, Timing, compare, cpu_threads, fmt_seconds, time_call
 from ..instruments.traffic import DISTRIBUTIONS, request_lengths
 from ..labkit.widgets import Steps, failed_guard_lines
 
@@ -39,6 +40,10 @@ from ..labkit.widgets import Steps, failed_guard_lines
 # ---------------------------------------------------------------------------------------------
 # 1. The fall-back, timed
 # ---------------------------------------------------------------------------------------------
+
+def _times(r: float) -> str:
+    return f"{r:.2f}x plain eager"
+
 
 @dataclass
 class FallBackTiming:
@@ -53,18 +58,37 @@ class FallBackTiming:
     def ratio(self, path: str) -> float:
         """Median over shapes of (time through torch.compile / plain eager time) for one path:
         "compiled" or "fell back"."""
-        xs = [r["_ratio"] for r in self.rows if r["_path"] == path]
-        if not xs:
-            raise ValueError(f"no shape took the {path!r} path")
-        xs.sort()
-        return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+        return statistics.median(self._rows(path, "_ratio"))
 
     def extra(self, path: str) -> float:
         """Median over shapes of (time through torch.compile - plain eager time), seconds, for one path."""
-        xs = sorted(r["_through"] - r["_eager"] for r in self.rows if r["_path"] == path)
+        return statistics.median(t - e for t, e in zip(self._rows(path, "_through"), self._rows(path, "_eager")))
+
+    def relative(self, path: str, side: str = "through") -> Timing:
+        """Every sample of one path's shapes ("through" torch.compile, or plain "eager"), each over its own
+        shape's plain-eager median: shapes of slightly different sizes pooled on one scale (1 = plain eager)."""
+        return Timing(tuple(x / e.median for t, e in zip(self._rows(path, "_through_t"), self._rows(path, "_eager_t"))
+                            for x in (t if side == "through" else e).samples))
+
+    def against_eager(self, path: str) -> Comparison:
+        """The course's timing rule: one path's calls through torch.compile against the same calls in plain eager."""
+        return compare(self.relative(path), self.relative(path, "eager"), f"a {path.replace(' ', '-')} call", "plain eager",
+                       fmt=_times)
+
+    def versus(self) -> Comparison:
+        """The course's timing rule: a call that fell back against one that ran a compiled graph."""
+        return compare(self.relative("fell back"), self.relative("compiled"), "a fell-back call", "a compiled one", fmt=_times)
+
+    def extra_text(self, path: str) -> str:
+        """What a call of ``path`` cost beyond plain eager, or the rule's words when the two are not distinguishable."""
+        c = self.against_eager(path)
+        return f"{fmt_seconds(self.extra(path))} {'more' if c.verdict == 'slower' else 'less'}" if c.distinguishable else c.verdict
+
+    def _rows(self, path: str, key: str) -> list:
+        xs = [r[key] for r in self.rows if r["_path"] == path]
         if not xs:
             raise ValueError(f"no shape took the {path!r} path")
-        return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+        return xs
 
     def table(self) -> list[dict]:
         """The rows without the private numbers, for display."""
@@ -111,11 +135,13 @@ def time_fall_back(fn: Callable, inputs: Sequence[torch.Tensor], *, limit: int, 
                 "ran": "compiled graph" if path == "compiled" else "eager (limit hit)" if path == "fell back" else "eager",
                 "through torch.compile": str(through),
                 "plain eager": str(plain),
-                "compiled/eager": f"{through.median / plain.median:.2f}",
+                "compiled/eager": compare(through, plain).times,
                 "_path": path,
                 "_ratio": through.median / plain.median,
                 "_through": through.median,
                 "_eager": plain.median,
+                "_through_t": through,
+                "_eager_t": plain,
             })
         used_threads = torch.get_num_threads()
     return FallBackTiming(obs.record, rows, limit, backend, used_threads)

@@ -350,6 +350,9 @@ def run_bench(max_len: int, strategy: str, k: int, distribution: str, requests: 
     validate_count("L", max_len)
     validate_count("the bucket size k", k)
     validate_count("the number of requests", requests)
+    if strategy == "multiple" and k > max_len:
+        raise ValueError(f"bucket size k = {k} is larger than the longest request (L = {max_len}): every request would "
+                         f"pad to one bucket of L, which is pad-to-max; choose k <= {max_len}")
     lengths = request_lengths(requests, max_len, distribution, seed=seed)
     pad = bucketer(strategy, max_len, k)
     if strategy == "symbolic":
