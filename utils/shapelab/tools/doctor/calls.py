@@ -92,12 +92,31 @@ def model_name(model: Callable) -> str:
     return type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(model, "__name__", "model")
 
 
-def _evaluate(expr: str, namespace: dict[str, Any]) -> Any:
+def evaluate(expr: str, namespace: dict[str, Any]) -> Any:
     """``expr`` (a guard's source or a path) read in ``namespace``, with no builtins; MISSING if it fails."""
     try:
         return eval(expr, {"__builtins__": {}}, namespace)
     except Exception:
         return MISSING
+
+
+class _Marker:
+    """A stand-in argument that is only ever identical to itself."""
+
+
+def _shared(value: Any) -> bool:
+    """Whether ``value`` may be the same object in unrelated places (None, True, small ints, short strings)."""
+    return value is None or isinstance(value, (bool, int, float, str, bytes))
+
+
+def _traced_through_a_wrapper(model: torch.nn.Module) -> bool:
+    """Whether torch.compile traces ``model`` through its extra ``inner(*args, **kwargs)`` frame."""
+    try:
+        from torch._dynamo import config, trace_rules
+
+        return bool(config.wrap_top_frame or (inspect.ismethod(model.forward) and trace_rules.check(model.forward)))
+    except Exception:  # a release without these: the frame is the forward
+        return False
 
 
 class Names:
@@ -121,6 +140,9 @@ class Names:
             self.frame = inspect.signature(raw, follow_wrapped=False) if raw is not None else None
         except (TypeError, ValueError):
             self.frame = None
+        # torch.compile wraps a torch.nn module (TransformerEncoder) in an extra frame ``inner(*args, **kwargs)``
+        # that it traces instead of forward: guards then read ``args[0]``, ``kwargs['src']``
+        self.wrapped = self.is_module and _traced_through_a_wrapper(model)
 
     def bind(self, call: Call) -> inspect.BoundArguments | None:
         if self.user is None:
@@ -157,6 +179,8 @@ class Names:
         return out
 
     def frame_locals(self, call: Call) -> dict[str, Any]:
+        if self.wrapped:
+            return {"args": call.args, "kwargs": call.kwargs}
         if self.frame is None:
             return {}
         try:
@@ -167,30 +191,45 @@ class Names:
 
     def value(self, source: str, call: Call) -> Any:
         """What a guard's source (``kwargs['cache'].layers[0].ok``) is for one call; ``MISSING`` if unknown."""
-        return _evaluate(source, self.frame_locals(call))
+        return evaluate(source, self.frame_locals(call))
 
     def value_in(self, path: str, call: Call) -> Any:
         """What a path in the user's names (``past_key_values.layers[0].keys``) is for one call."""
-        return _evaluate(path, self.arguments(call))
+        return evaluate(path, self.arguments(call))
 
     def user_name(self, source: str | None, calls: Sequence[Call]) -> str | None:
         """The user's name for a guard's source (``args[1]`` -> ``input_ids``; the argument it is read
         from for ``kwargs['past_key_values'].layers[0]``), or None (``self``, a global, a graph break)."""
         if not source or source.startswith("___"):
             return None
-        cuts = [m.start() for m in re.finditer(r"[.\[]", source)] + [len(source)]
+        cuts = sorted([m.start() for m in re.finditer(r"[.\[]", source)] + [len(source)], reverse=True)
         if self.user is not None and source in self.user.parameters:
             return source  # the frame is the forward itself: its names are the user's
+        # Where the source starts: each argument replaced by a marker of its own, so that the frame's
+        # ``kwargs['mask']`` is found by what it is, not by a value two arguments may share (None, True, 0)
+        for call in calls[:1]:
+            probe, marked = self._probe(call)
+            for cut in cuts:
+                name = marked.get(id(self.value(source[:cut], probe)))
+                if name is not None:
+                    return name + source[cut:]
+        # Else an object the call holds deeper (an argument met through another object), by identity;
+        # never by a value that many objects share
         for call in calls[:3]:
-            args = self.arguments(call)
-            for cut in sorted(cuts, reverse=True):
+            args = {k: v for k, v in self.arguments(call).items() if not _shared(v)}
+            for cut in cuts:
                 obj = self.value(source[:cut], call)
-                if obj is MISSING:
+                if obj is MISSING or _shared(obj):
                     continue
                 for name, value in args.items():
                     if value is obj:
                         return name + source[cut:] if cut < len(source) and not isinstance(obj, torch.Tensor) else name
         return None
+
+    def _probe(self, call: Call) -> tuple[Call, dict[int, str]]:
+        """The call with every argument a fresh marker, and marker id -> the user's name for it."""
+        probe = Call(*(_Marker() for _ in call.args), **{k: _Marker() for k in call.kwargs})
+        return probe, {id(v): k for k, v in self.arguments(probe).items() if isinstance(v, _Marker)}
 
     def name_causes(self, causes: Sequence, calls: Sequence[Call]) -> None:
         """Set each cause's ``shown`` to the user's name for what it reads (a Python value: by its source)."""
@@ -203,6 +242,16 @@ class Names:
             return {}
         return {n: (None if p.default is inspect.Parameter.empty else p.default) for n, p in self.user.parameters.items()
                 if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)}
+
+    def model_path(self, source: str, calls: Sequence[Call]) -> str | None:
+        """``model.config.problem_type`` for a guard's ``self.config.problem_type``: the source as a path
+        from the model itself, or None if it does not start at the model."""
+        if not self.is_module or not source:
+            return None
+        for cut in [m.start() for m in re.finditer(r"[.\[]", source)]:
+            if any(self.value(source[:cut], c) is self.model for c in calls[:1]):
+                return "model" + source[cut:]
+        return None
 
     def is_self(self, source: str, calls: Sequence[Call]) -> bool:
         """Whether ``source`` (``self.step``, ``args[0].step``) is an attribute of the model itself."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ...instruments.compat import where_in_user_code
 from .evidence import Evidence
@@ -21,6 +22,8 @@ KINDS = {
     "global_state": "grad mode or other global state",
     "python_value": "a Python scalar or attribute value",
     "call_signature": "how the call passes its arguments (positional or keyword, which keywords)",
+    "optional": "an argument that is None in some calls",
+    "set_by_call": "an attribute the model's first call sets",
     "identity": "object identity",
     "data_dependent": "a data-dependent graph break",
     "graph_break": "another graph break",
@@ -32,6 +35,10 @@ _ZERO_ONE = re.compile(r"^2 <= (?P<name>[A-Za-z_][\w\.\[\]']*?)\.size\(\)\[(?P<d
 _SIZE = re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<dim>-?\d+)\. expected (?P<exp>\d+), actual (?P<act>\d+)")
 _STRIDE = re.compile(r"tensor '(?P<name>.+?)' stride mismatch at index (?P<dim>-?\d+)")
 _TENSOR_PROP = re.compile(r"tensor '(?P<name>.+?)' (?P<what>dtype|device|requires_grad|dispatch key set) mismatch")
+_NONE = re.compile(r"^(?P<name>[A-Za-z_][\w\.\[\]']*) is (?:not )?None$")
+_NOT_A_TENSOR = re.compile(r"^check_tensor\((?P<name>[A-Za-z_][\w\.\[\]']*), ")  # what was a tensor is not (None)
+# a size bounded below by 2: where it fails, the call's size was 0 or 1 (the 0/1 rule) or above the upper bound
+_LOWER_TWO = re.compile(r"(?:^|\s|\()2 <= (?P<name>[A-Za-z_][\w\.\[\]']*?)\.size\(\)\[(?P<dim>\d+)\]")
 _SYM_SIZE = re.compile(r"(?P<name>[A-Za-z_][\w\.\[\]']*?)\.size\(\)\[(?P<dim>\d+)\]")
 _VALUE = re.compile(r"^(?P<expr>[A-Za-z_][\w\.\[\]'\"]*) == (?P<val>.+)$")
 _IDENTITY = ("___check_obj_id", "ID_MATCH", "___check_type_id", "TYPE_MATCH", "___check_current_backend",
@@ -100,6 +107,9 @@ def classify_reason(reason: str) -> Reading:
     m = re.match(r"^([A-Za-z_][\w\.\[\]']*) is ([A-Za-z_][\w\.\[\]']*)$", text)
     if m and "None" not in (m.group(1), m.group(2)):  # two inputs that were one tensor when compiled
         return Reading("identity", m.group(1), None, f"{m.group(1)} and {m.group(2)} are the same tensor (aliasing)")
+    m = _NONE.match(text) or _NOT_A_TENSOR.match(text)
+    if m:  # an argument (or attribute) that was None, or a tensor, when the graph was compiled
+        return Reading("optional", m.group("name"), None, m.group("name"))
     if _CALL_SIGNATURE.search(text):
         return Reading("call_signature", None, None, text)
     if any(k in text for k in _IDENTITY):
@@ -157,6 +167,10 @@ class Cause:
             return f"input '{self.name}' ({self.detail})"
         if self.kind in ("python_value", "identity"):
             return f"`{self.detail}`"
+        if self.kind == "optional":
+            return f"input '{self.name}' (None in some calls, not in others)"
+        if self.kind == "set_by_call":
+            return f"`{self.shown or self.detail}` ({self.values[0] if self.values else 'changed by the first call'})"
         if self.kind == "call_signature":
             return "the call's arguments: " + "; ".join(f"`{r}`" for r in self.reasons[:2])
         if self.kind == "global_state":
@@ -168,20 +182,33 @@ class Cause:
                 "evidence (as torch printed it)": self.reasons[0] if self.reasons else ""}
 
 
-def causes(ev: Evidence) -> list[Cause]:
-    """Group the evidence's recompiles and breaks into causes, the costliest first."""
+def zero_one_below_two(r: Reading, size: int | None) -> Reading:
+    """A guard on a size that bounds it below by 2 (``2 <= s <= 64``), failed by a call whose size is 0 or
+    1, is the 0/1 rule, not a branch of the model's code; ``size`` is that call's size (None: unknown)."""
+    m = _LOWER_TWO.search(r.detail) if r.kind == "size_branch" else None
+    if m and size is not None and size < 2 and (m.group("name"), int(m.group("dim"))) == (r.input, r.dim):
+        return Reading("zero_one", r.input, r.dim, r.detail)
+    return r
+
+
+def causes(ev: Evidence, size_of: Callable[[str, str, int], int | None] | None = None) -> list[Cause]:
+    """Group the evidence's recompiles and breaks into causes, the costliest first. ``size_of(compile_id,
+    input, dim)``, where known, is the size of that input in the call that compiled the graph."""
     found: dict[tuple, Cause] = {}
     for g in ev.graphs:
         if not g.cause:
             continue
         for r in readings(g.cause):
-            key = (r.kind, r.input, r.dim, None if r.kind in ("dimension", "zero_one", "stride", "call_signature") else r.detail)
+            if r.kind == "size_branch" and size_of is not None:
+                r = zero_one_below_two(r, size_of(g.compile_id, r.input, r.dim))
+            key = (r.kind, r.input, r.dim,
+                   None if r.kind in ("dimension", "zero_one", "stride", "call_signature", "optional") else r.detail)
             c = found.setdefault(key, Cause(r.kind, r.input, r.dim, r.detail))
             if g.compile_id in c.compile_ids:
                 continue
             c.graphs += 1
             c.compile_ids.append(g.compile_id)
-            short = r.detail if r.kind == "size_branch" else _one_guard(g.cause, r)
+            short = r.detail if r.kind in ("size_branch", "zero_one") and "size()" in r.detail else _one_guard(g.cause, r)
             if short not in c.reasons and len(c.reasons) < 3:
                 c.reasons.append(short)
             if r.kind == "dimension" and r.detail:

@@ -4,14 +4,17 @@ reports are drawn from. See the package docstring.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
+
+import torch
 
 from ...instruments import compat
 from ...instruments.display import Table
 from ...instruments.observe import BACKENDS, ExperimentError
 from . import proof
-from .calls import MISSING, Names, as_calls, model_name, tensor_in_some_calls_only, varying_dims
+from .calls import MISSING, Names, as_calls, evaluate, model_name, tensor_in_some_calls_only, varying_dims
 from .classify import Cause, causes as find_causes
 from .evidence import DoctorError, Evidence, from_trace
 from .prescribe import Plan, Prescription, for_cause, show_as_run, stance_code
@@ -146,9 +149,10 @@ def diagnose_trace(directory, name: str | None = None) -> Diagnosis:
 def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, budget, name) -> Diagnosis:
     base = replay(model, calls, backend=backend, dynamic=dynamic, names=names)
     base.outputs = reference  # the reference row compares against eager
-    cs = find_causes(base.evidence)
+    cs = find_causes(base.evidence, _size_at_compile(base, calls, names))
     observed = varying_dims(calls, names)
     names.name_causes(cs, calls)
+    _set_by_the_first_call(model, calls, names, cs)
     kinds = {c.kind for c in cs}
     sig_kinds = set(kinds)  # what the prediction keys on; aliasing is keyed by which inputs are one tensor
     identity = [c for c in cs if c.kind == "identity"]
@@ -157,23 +161,30 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
 
     plan = Plan("with the prescription")
     rx: list[Prescription] = []
+    own: list[list[str]] = []  # per cause, the plan's lines it put there (what its row shows)
     for c in cs:
         var = c.shown
         scalar_arg = var is not None and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                              for v in (names.arguments(k).get(var) for k in calls))
-        p = for_cause(c, var, unbacked=c.kind == "zero_one", is_module=names.is_self(c.detail, calls),
-                      scalar_arg=scalar_arg)
+        attribute = c.kind == "python_value" and names.is_self(c.detail, calls)
+        p = for_cause(c, var, unbacked=c.kind == "zero_one", is_module=attribute, scalar_arg=scalar_arg)
         rx.append(p)
-        if not p.applied:
-            continue
-        if c.kind == "stride" and var is not None:
-            plan.prep.append(f"{var} = {var}.contiguous()  # one memory layout, one graph")
-        elif c.kind == "python_value" and names.is_self(c.detail, calls):
+        lines: list[str] = []
+        if p.applied and c.kind == "stride" and var is not None:
+            lines = [f"{var} = {var}.contiguous()  # one memory layout, one graph"]
+        elif p.applied and attribute:
             plan.config["allow_unspec_int_on_nn_module"] = True
-        elif c.kind == "python_value" and scalar_arg:
-            plan.prep.append(f"{var} = torch.tensor({var})  # a 0-d tensor: its value is data, not a guard")
-        elif c.kind == "data_dependent":
+            lines = ["torch._dynamo.config.allow_unspec_int_on_nn_module = True"]
+        elif p.applied and c.kind == "python_value" and scalar_arg:
+            lines = [f"{var} = torch.tensor({var})  # a 0-d tensor: its value is data, not a guard"]
+        elif p.applied and c.kind == "data_dependent":
             plan.config.update(capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True)
+            lines = [f"torch._dynamo.config.{k} = True" for k in ("capture_dynamic_output_shape_ops", "capture_scalar_outputs")]
+        elif p.applied and c.kind == "set_by_call":
+            plan.setup += [p.code] if p.code not in plan.setup else []
+        if c.kind in ("stride", "python_value") and not attribute:
+            plan.prep += [line for line in lines if line not in plan.prep]
+        own.append(lines or ([p.code] if c.kind == "set_by_call" else []))
     # Every dimension that varies is marked (a dimension torch ties to a marked one must be marked too,
     # or mark_dynamic raises).
     # mark_unbacked where torch named the 0/1 rule's own guard (``2 <= x.size()[d]``: the dimension was
@@ -198,7 +209,10 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     kept_values = [c for c, p in zip(cs, rx) if c.kind == "python_value" and not p.applied
                    and not (c.input or "").startswith("___")]
     readable = [c.detail for c in kept_values if all(names.value(c.detail, k) is not MISSING for k in calls)]
-    extra = sum(c.graphs for c in cs if c.kind in ("other", "size_branch"))
+    # an argument that is None in some calls: each case its own graph, keyed by whether it is None
+    optional = sorted({c.input for c in cs if c.kind == "optional" and c.shown and c.input})
+    extra = sum(c.graphs for c in cs if c.kind in ("other", "size_branch") or (c.kind == "optional" and not c.shown)
+                or (c.kind == "set_by_call" and not rx[cs.index(c)].applied))
     extra += sum(c.graphs for c in kept_values if c.detail not in readable)
     if any(c.kind == "size_branch" for c in cs):
         plan.notes.append("the model's code branches on a size: each side of the branch keeps its graph, "
@@ -208,13 +222,15 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
         plan.notes.append("a module int attribute made unspecialised still costs one graph for its first value")
 
     def predict(p: Plan) -> int:
-        return frames * proof.residual_signatures(calls, p, sig_kinds, names, readable) + (extra if not p.pad else 0)
+        return frames * proof.residual_signatures(calls, p, sig_kinds, names, readable, optional) + (extra if not p.pad else 0)
 
     plan.predicted = predict(plan)
     diag = Diagnosis(name, base.evidence, cs, rx, [base], also_varies=also, plan=plan)
     recompiles = any(c.kind != "graph_break" for c in cs)
     if not recompiles or plan.empty:
         return diag
+    show_as_run(cs, rx, plan, own)
+    _merge_same_code(diag)
     if not prove:
         diag.prescriptions.append(Prescription("all", "the whole change (not proven: the proof was not run)",
                                                plan.code(), False, "the proof was not run"))
@@ -227,7 +243,8 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
         proof.explain_miss(t, names, calls)
         diag.runs.append(t)
     diag.runs.append(run)
-    show_as_run(cs, rx, plan)
+    show_as_run(cs, rx, plan, own)  # again: the proof may have softened a mark
+    _merge_same_code(diag)
     diag.prescriptions.append(Prescription("all", "the whole change, as the proof ran it", plan.code(), True))
     if run.missed:
         proof.explain_miss(run, names, calls)
@@ -243,8 +260,8 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
 
             linked = [k for k, s in observed.items() if s == sizes]
             rest = Plan("padded to buckets", [m for m in plan.marks if (m[0], m[1]) not in linked],
-                        list(plan.prep), dict(plan.config), partial=set(plan.partial))
-            others = max(1, proof.residual_signatures(calls, rest, sig_kinds, names, readable))
+                        list(plan.prep), dict(plan.config), partial=set(plan.partial), setup=list(plan.setup))
+            others = max(1, proof.residual_signatures(calls, rest, sig_kinds, names, readable, optional))
             b = max(1, limit // (frames * others))
             bs = optimal_buckets(sizes, max(sizes), b)
             for key in linked:
@@ -268,3 +285,60 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
                 " buckets would be the sizes themselves; the marks above are the fix", False, "not needed here"))
     diag.prescriptions.append(Prescription("stance", "after warm-up", stance_code(), False, "a choice for your service"))
     return diag
+
+
+def _size_at_compile(run: Run, calls, names):
+    """``size_of(compile_id, source, dim)``: that input's size in the call that compiled the graph (None if unknown)."""
+    at, before = {}, 0
+    for i, n in enumerate(run.counts):  # cumulative graphs after each call
+        for g in run.evidence.graphs[before:n]:
+            at[g.compile_id] = i
+        before = n
+
+    def size_of(compile_id: str, source: str | None, dim: int | None) -> int | None:
+        i = at.get(compile_id)
+        t = names.value(source, calls[i]) if i is not None and source else None
+        return int(t.shape[dim]) if isinstance(t, torch.Tensor) and dim is not None and 0 <= dim < t.dim() else None
+
+    return size_of
+
+
+def _set_by_the_first_call(model, calls, names, cs) -> None:
+    """A guard on the model's own state (``self.config.problem_type is None``) whose value the first call
+    changes and the second keeps: the first graph guarded the value before it; say so, with the value set."""
+    todo = {id(c): (c, path) for c in cs if c.kind in ("optional", "python_value")
+            and (path := names.model_path(c.detail, calls)) is not None}
+    if not todo or len(calls) < 2 or not isinstance(model, torch.nn.Module):
+        return
+    m = copy.deepcopy(model)
+    read = lambda path: evaluate(path, {"model": m})
+    seen = [{k: read(path) for k, (_, path) in todo.items()}]
+    try:
+        for call in calls[:2]:
+            call = call.fresh()
+            with call.context():
+                m(*call.args, **call.kwargs)
+            seen.append({k: read(path) for k, (_, path) in todo.items()})
+    except Exception:  # eager ran these calls already; on a surprise, leave the causes as they are
+        return
+    for k, (c, path) in todo.items():
+        before, first, second = (s[k] for s in seen)
+        if _literal(first) and _literal(second) and first == second and not (_literal(before) and before == first):
+            c.kind, c.shown, c.values = "set_by_call", path, [repr(first), repr(before)]
+
+
+def _literal(value) -> bool:
+    """Whether ``value`` is written back exactly by its repr (None, bool, int, float, str)."""
+    return value is None or type(value) in (bool, int, float, str)
+
+
+def _merge_same_code(diag: Diagnosis) -> None:
+    """One row per change: causes whose prescriptions are the same code share it."""
+    out: list[Prescription] = []
+    for p in diag.prescriptions:
+        twin = next((q for q in out if q.applied and p.applied and q.code == p.code), None)
+        if twin is None:
+            out.append(p)
+        elif p.where not in twin.where:
+            twin.where += "; " + p.where
+    diag.prescriptions[:] = out

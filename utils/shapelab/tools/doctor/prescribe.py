@@ -32,7 +32,8 @@ class Plan:
 
     ``marks``: (argument name, dim, kind) with kind "dynamic", "maybe_dynamic", "unbacked" or "static";
     ``prep``: lines run on each call's arguments before the marks (``x = x.contiguous()``);
-    ``config``: ``torch._dynamo.config`` values set once; ``pad``: (name, dim) -> bucket sizes.
+    ``config``: ``torch._dynamo.config`` values set once; ``setup``: lines run once on the model, named
+    ``model``, before it is compiled; ``pad``: (name, dim) -> bucket sizes.
     """
 
     label: str
@@ -43,14 +44,26 @@ class Plan:
     predicted: int | None = None
     notes: list[str] = field(default_factory=list)
     partial: set = field(default_factory=set)  # paths that are tensors in some calls only (an empty cache)
+    setup: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not (self.marks or self.prep or self.config or self.pad)
+        return not (self.marks or self.prep or self.config or self.pad or self.setup)
 
     def once_code(self) -> str:
         """What to run once, before the first call (config)."""
         return "".join(f"torch._dynamo.config.{k} = {v!r}\n" for k, v in self.config.items())
+
+    def model_code(self) -> str:
+        """What to run once on the model (``model``), before compiling it."""
+        return "".join(line + "\n" for line in self.setup)
+
+    def mark_line(self, name: str, dim: int, kind: str) -> str:
+        """One mark as pasted: guarded where the argument is not a tensor in every call (None, an empty cache)."""
+        line = mark_code(name, dim, kind)
+        if name in self.partial:
+            return f"if isinstance({name}, torch.Tensor):  # not a tensor in every call\n    {line}"
+        return line
 
     def call_code(self) -> str:
         """What to run on every call's arguments, by their names in your code, before calling the model."""
@@ -59,15 +72,14 @@ class Plan:
             lines.append(f"{name} = torch.nn.functional.pad({name}, [0, 0] * ({name}.dim() - {dim} - 1)"
                          f" + [0, next((b for b in {list(buckets)} if b >= {name}.shape[{dim}]), {name}.shape[{dim}])"
                          f" - {name}.shape[{dim}]])  # mask the padding in the model")
-        for name, dim, kind in self.marks:
-            line = mark_code(name, dim, kind)
-            lines.append(f"if isinstance({name}, torch.Tensor):  # not yet a tensor in every call\n    {line}"
-                         if name in self.partial else line)
+        lines += [self.mark_line(name, dim, kind) for name, dim, kind in self.marks]
         return "".join(line + "\n" for line in lines)
 
     def code(self) -> str:
         """The whole change, as printed and as the proof ran it."""
         out = ""
+        if self.setup:
+            out += "# once, on your model, before compiling it:\n" + self.model_code()
         if self.config:
             out += "# once, before the first call:\n" + self.once_code()
         if self.prep or self.marks or self.pad:
@@ -122,6 +134,16 @@ def for_cause(c: Cause, var: str | None, *, unbacked: bool, is_module: bool, sca
         return Prescription(c.kind, c.where, f"{mark_unbacked_code(v, c.dim)}  # one graph for sizes 0, 1 and N\n"
                             f"torch._check({v}.shape[{c.dim}] >= 1)  # where the model branches on it",
                             var is not None, "" if var is not None else "the input is not an argument of the call")
+    if c.kind == "optional":
+        return Prescription(c.kind, c.where, f"# {v} is None in some calls and a tensor in others: each case keeps its own "
+                            f"graph (counted in the prediction);\n# pass a tensor in every call (a neutral one, as "
+                            f"the model reads it) for one graph", False, "which tensor is neutral is the model's")
+    if c.kind == "set_by_call" and c.shown and c.values:
+        return Prescription(c.kind, c.where, f"{c.shown} = {c.values[0]}  # once, before compiling: the value the "
+                            "model's first call sets (the first graph guarded the value before it)", True)
+    if c.kind == "set_by_call":
+        return Prescription(c.kind, c.where, f"# set `{c.detail}` once, before compiling, to the value the model's first "
+                            "call gives it", False, "the value cannot be written as code")
     if c.kind == "call_signature":
         return Prescription(c.kind, c.where, "# pass the same arguments the same way in every call: the same keywords "
                             "(attention_mask always, say), each by keyword or each by position", False,
@@ -171,16 +193,13 @@ def for_cause(c: Cause, var: str | None, *, unbacked: bool, is_module: bool, sca
     return Prescription(c.kind, c.where, "# read the guard: it names what changed", False, "not recognised")
 
 
-def show_as_run(cs: list[Cause], rx: list[Prescription], plan: Plan) -> None:
-    """Each applied prescription shows the lines of the plan that serve its cause (what the proof ran)."""
-    for c, p in zip(cs, rx):
+def show_as_run(cs: list[Cause], rx: list[Prescription], plan: Plan, own: list[list[str]]) -> None:
+    """Each applied prescription shows the lines of the plan that serve its cause, as pasted (a mark keeps
+    the ``isinstance`` guard of the whole change); ``own[i]``: the other lines cause i put in the plan."""
+    for c, p, lines in zip(cs, rx, own):
         if not p.applied:
             continue
         if c.kind in ("dimension", "zero_one", "size_branch"):
-            lines = [mark_code(n, d, k) for n, d, k in plan.marks if (n, d) == (c.shown, c.dim)]
-        elif c.kind in ("stride", "python_value") and not plan.config.get("allow_unspec_int_on_nn_module"):
-            lines = [line for line in plan.prep if line.startswith(f"{c.shown} = ")]
-        else:
-            lines = [f"torch._dynamo.config.{k} = {v!r}" for k, v in plan.config.items()]
+            lines = [plan.mark_line(n, d, k) for n, d, k in plan.marks if (n, d) == (c.shown, c.dim)]
         if lines:
             p.code = "\n".join(lines)

@@ -8,17 +8,18 @@ from typing import Sequence
 import torch
 
 from ...instruments.observe import ExperimentError
-from .calls import Call, Names, tensors_in
+from .calls import MISSING, Call, Names, tensors_in
 from .classify import causes as find_causes
 from .prescribe import Plan
 from .replays import Run, first_line, replay, same_outputs
 
 
 def residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], names: Names,
-                        values: Sequence[str] = ()) -> int:
+                        values: Sequence[str] = (), optional: Sequence[str] = ()) -> int:
     """How many distinct graphs the fixed program should need per frame: one per distinct key, where a
     key holds, for each marked dimension, its size if it is 0 or 1 (mark_dynamic specialises them),
-    keyed by argument and dimension; the bucket of each padded dimension; and what the causes left."""
+    keyed by argument and dimension; the bucket of each padded dimension; and what the causes left:
+    ``values`` (guarded values, keyed by value) and ``optional`` (sources keyed by whether they are None)."""
     marked = {(n, d): k for n, d, k in plan.marks}
     sigs = set()
     for c in calls:
@@ -29,6 +30,7 @@ def residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], name
             ts = [(n, a) for n, a in names.arguments(c).items() if isinstance(a, torch.Tensor)]
             key.append(tuple((n, m) for i, (n, a) in enumerate(ts) for m, b in ts[i + 1:] if a is b))
         key += [(v, repr(names.value(v, c))) for v in values]  # a guarded value the fix leaves alone
+        key += [(v, any(names.value(v, c) is e for e in (None, MISSING))) for v in optional]  # not passed: None
         for name, a in names.arguments(c).items():
             for path, t in tensors_in(name, a):
                 if "dtype_device" in kinds:
@@ -62,7 +64,8 @@ def prove(model, calls, plan: Plan, backend: str, dynamic, reference: list, pred
                       stop_above=plan.predicted if unbacked else None)
     if run.compiles > (plan.predicted or 0) and unbacked:
         alt = Plan(plan.label, [(n, d, "dynamic" if k == "unbacked" else k) for n, d, k in plan.marks],
-                   list(plan.prep), dict(plan.config), dict(plan.pad), None, list(plan.notes), set(plan.partial))
+                   list(plan.prep), dict(plan.config), dict(plan.pad), None, list(plan.notes), set(plan.partial),
+                   list(plan.setup))
         alt.predicted = predict(alt)
         other = _prove_once(model, calls, alt, backend, dynamic, reference, names, predict)
         if other.compiles < run.compiles:

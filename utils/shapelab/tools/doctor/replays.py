@@ -151,6 +151,8 @@ def replay(model, calls: Sequence[Call], *, backend: str = "eager", plan: Plan |
     plan = plan or Plan(label)
     names = names or Names(model)
     m = _fresh(model)
+    if plan.setup:  # once, on the model, before it is compiled
+        exec(compile(plan.model_code(), "<prescription>", "exec"), {"torch": torch, "model": m})
     per_call = plan.call_code()  # the plan's config is set by the recorder, for the replay only
     step = compile(per_call, "<prescription>", "exec") if per_call else None
     with _Recorder(m, backend=backend, dynamic=dynamic, config=dict(plan.config)) as obs:
