@@ -236,7 +236,7 @@ def test_store_migrates_an_old_database_and_keeps_its_records(db_url):
         assert conn.execute(sa.select(store.schema_version.c.version)).scalar() == store.VERSION
         if s.engine.dialect.name == "sqlite":
             assert conn.execute(sa.text("PRAGMA journal_mode")).scalar() == "wal"
-    assert [r["id"] for r in s.records("reveal")] == [record["id"]]
+    assert [(r["id"], r["answered"]) for r in s.records("reveal")] == [(record["id"], True)]  # v3: a prediction
     assert store.migrate(s.engine) == store.VERSION  # a second start changes nothing
     with s.engine.begin() as conn:
         conn.execute(store.schema_version.update().values(version=store.VERSION + 1))
@@ -270,8 +270,12 @@ def test_store_counts_the_room(db_url):
     assert all(e["not_started"] == 4 for lab in room["labs"][1:] for e in lab["exercises"])  # listed, not started
     lines = s.export_csv().splitlines()
     assert lines[0].startswith("kind,user,time") and len(lines) == 1 + 4 + 2
+    assert s.remove("bob", by="teach") == {"reveals": 1, "checks": 1}
     s.engine.dispose()
-    assert len(store.Store(db_url).records("reveal")) == 4  # a restarted service reads what was acknowledged
+    again = store.Store(db_url)  # a restarted service reads what was acknowledged, and what was removed
+    assert {r["user"] for r in again.records("reveal")} == {"alice", "carol"} and len(again.records("reveal")) == 3
+    assert [(r["user"], r["removed_by"]) for r in again.room(m, [], "")["removals"]] == [("bob", "teach")]
+    again.engine.dispose()
 
 
 def test_store_ddl_for_postgresql():
@@ -286,6 +290,7 @@ def test_store_ddl_for_postgresql():
     assert "CREATE TABLE reveals" in text and "CREATE TABLE checks" in text
     assert "agreed BOOLEAN NOT NULL" in text and "PRIMARY KEY (id)" in text
     assert "CREATE INDEX reveals_by_prompt ON reveals (lesson, prompt)" in text
+    assert "ALTER TABLE reveals ADD COLUMN answered BOOLEAN NOT NULL DEFAULT TRUE" in text and "CREATE TABLE removals" in text
 
 
 def test_hub_configuration():
@@ -467,7 +472,7 @@ class _FakeRoster:
         self.names = names
 
     async def learners(self):
-        return list(self.names), "on the test's roster"
+        return list(self.names), "the test's roster, and anyone with a record"
 
 
 @pytest.fixture
@@ -654,7 +659,7 @@ def test_the_page_an_instructor_teaches_from(tmp_path, fake_hub, browser):
         assert counts == "3 of 6 answered · 1 left unanswered · 2 not reached", counts
         assert "measured: True (3 kernels), False (1 kernel)" in framed.locator(".measured").inner_text()
         assert framed.locator(".bar.right .label").inner_text() == "True"
-        assert "N = 6 learners (on the test's roster, or with a record)" in page.inner_text("body")
+        assert "N = 6 learners: the test's roster, and anyone with a record" in page.inner_text("body")
         for label in (lab.label, _manifest().labs[0].label):  # lab 01: nobody checked, every exercise listed
             rows = page.locator(f'details.lab[data-lab="{label}"] tr[data-exercise]')
             exercises = _manifest().lab(label).exercises

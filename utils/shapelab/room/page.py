@@ -119,7 +119,7 @@ function renderFramed(lesson, p, isPinned) {
 }
 function render(data) {
   room = data;
-  document.getElementById("learners").textContent = `N = ${room.learners.n} learners (${room.learners.basis}, or with a record)`;
+  document.getElementById("learners").textContent = `N = ${room.learners.n} learners: ${room.learners.basis}`;
   document.getElementById("refreshed").textContent = new Date().toLocaleTimeString();
   const [fl, fp, isPinned] = framedPrompt();
   if (fp) renderFramed(fl, fp, isPinned);
@@ -162,7 +162,9 @@ function render(data) {
     body.append(tr);
   }
   document.getElementById("removals").textContent = room.removals.map(r =>
-    `${r.by} removed ${r.user}'s ${r.reveals} predictions and ${r.checks} checks at ${new Date(r.at * 1000).toLocaleTimeString()}`).join("; ");
+    `${r.removed_by} removed ${r.user}'s ${r.reveals} predictions and ${r.checks} checks at ${new Date(r.at * 1000).toLocaleTimeString()}`)
+    .concat(room.not_in_course ? [`${room.not_in_course} records name prompts or exercises no longer in the course (in the CSV)`] : [])
+    .join("; ");
   const labs = document.getElementById("labs"); labs.replaceChildren();
   for (const lab of room.labs) {
     const active = lab.exercises.some(e => e.passed + e.tried > 0) || (fl && lab.label === fl.id);

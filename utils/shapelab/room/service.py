@@ -214,30 +214,40 @@ class PageHandler(RoomHandler):
 
 class Roster:
     """The hub's users who are not instructors, asked of the hub at most every 10 s: those with a server
-    running, when the service's token may read servers, else everyone on the roster."""
+    running, when the service's token may read servers (scope read:servers), else everyone on the roster."""
 
     def __init__(self, instructors):
         self.instructors = set(instructors)
-        self.answer: tuple[list[str], str] = ([], "on the hub's roster")
+        self.answer: tuple[list[str], str] = ([], "the hub's roster, and anyone with a record")
         self.at = 0.0
 
     async def learners(self) -> tuple[list[str], str]:
-        """(names, who they are)."""
+        """(names, who they are, in words)."""
         if time.time() - self.at > 10:
-            api, token = os.environ.get("JUPYTERHUB_API_URL"), os.environ.get("JUPYTERHUB_API_TOKEN")
             try:
-                response = await httpclient.AsyncHTTPClient().fetch(
-                    f"{api}/users", headers={"Authorization": f"token {token}"}, request_timeout=3)
-                users = [u for u in json.loads(response.body) if u["name"] not in self.instructors]
-                if all("servers" in u for u in users):  # the scope read:servers shows them
+                users = [u for u in await self._users() if u["name"] not in self.instructors]
+                if all("servers" in u for u in users):
                     self.answer = ([u["name"] for u in users if u["servers"]],
-                                   f"with a server running ({len(users)} on the hub's roster)")
+                                   f"those with a server running, and anyone with a record ({len(users)} on the hub's roster)")
                 else:
-                    self.answer = ([u["name"] for u in users], "on the hub's roster")
+                    self.answer = ([u["name"] for u in users], "the hub's roster, and anyone with a record")
             except Exception:  # the page still shows whoever sent something
                 pass
             self.at = time.time()
         return self.answer
+
+    async def _users(self) -> list[dict]:
+        """Every user, page by page (the hub answers at most 200 at a time)."""
+        api, token = os.environ.get("JUPYTERHUB_API_URL"), os.environ.get("JUPYTERHUB_API_TOKEN")
+        users: list[dict] = []
+        while True:
+            response = await httpclient.AsyncHTTPClient().fetch(
+                f"{api}/users?offset={len(users)}&limit=200", headers={"Authorization": f"token {token}"},
+                request_timeout=3)
+            page = json.loads(response.body)
+            users += page
+            if len(page) < 200:
+                return users
 
 
 def make_app(db: str, instructors: list[str], prefix: str = "/services/room/", manifest: course.Manifest | None = None,

@@ -48,7 +48,7 @@ checks = sa.Table(
 removals = sa.Table(  # who removed whose records, when, and how many (v3)
     "removals", metadata,
     sa.Column("user", sa.String(255), nullable=False),
-    sa.Column("by", sa.String(255), nullable=False),
+    sa.Column("removed_by", sa.String(255), nullable=False),
     sa.Column("at", sa.Float, nullable=False),
     sa.Column("reveals", sa.Integer, nullable=False),
     sa.Column("checks", sa.Integer, nullable=False),
@@ -148,7 +148,7 @@ class Store:
         with self.engine.begin() as conn:
             counts = {name: conn.execute(table.delete().where(table.c.user == user)).rowcount
                       for name, table in (("reveals", reveals), ("checks", checks))}
-            conn.execute(removals.insert().values(user=user, by=by, at=time.time(), **counts))
+            conn.execute(removals.insert().values(user=user, removed_by=by, at=time.time(), **counts))
         return counts
 
     def records(self, kind: str, user: str | None = None) -> list[dict]:
