@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
+import linecache
 import re
 import warnings
 from typing import Callable
@@ -130,6 +132,24 @@ def compile_with_limit(fn: Callable, limit: int, **kwargs) -> Callable:
             return compiled(*args, **kw)
 
     return limited
+
+
+def define_function(source: str, name: str, namespace: dict | None = None) -> Callable:
+    """``exec(source)`` and return the function ``name`` it defines, its source registered in ``linecache``.
+
+    2.11's ``torch.compile`` wraps a function whose source file ``inspect`` cannot find (anything a plain
+    ``exec`` made) in one shared helper, so its graphs are cached on that helper's code, shared by every
+    such function, and not on its own (pytorch#124269, fixed in 2.12). With its source registered, each
+    function keeps its own cache on every release.
+    """
+    filename = f"<shapelab {name} #{next(_defined)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    scope = {} if namespace is None else namespace
+    exec(compile(source, filename, "exec"), scope)
+    return scope[name]
+
+
+_defined = itertools.count()
 
 
 # --- moved functions -------------------------------------------------------------------------

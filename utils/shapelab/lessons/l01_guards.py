@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
+from ..instruments import compat
 from ..instruments.display import Table, fmt_shape
 from ..instruments.inputs import make_tensor, parse_shapes, validate_shape
 from ..instruments.logs import quiet_guard_errors
@@ -421,9 +422,8 @@ def make_n_input_fn(n: int) -> Callable:
         raise ValueError(f"the number of inputs must be a positive int, got {n!r}")
     args = ", ".join(f"x{i}" for i in range(n))
     body = ", ".join(f"x{i} * 2" for i in range(n))
-    namespace: dict = {}
-    exec(f"def f_{n}_inputs({args}):\n    return ({body},)\n", namespace)  # a real signature: guards name each input
-    return namespace[f"f_{n}_inputs"]
+    # a real signature, so guards name each input
+    return compat.define_function(f"def f_{n}_inputs({args}):\n    return ({body},)\n", f"f_{n}_inputs")
 
 
 def count_guards(fn: Callable) -> int:
