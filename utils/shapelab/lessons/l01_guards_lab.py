@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import torch
 from torch._dynamo.testing import CompileCounter
 
+from ..instruments import compat
 from ..instruments.display import fmt_shape
 from ..instruments.isolation import isolated
 from ..instruments.observe import ExperimentError, short_reason
@@ -48,9 +49,7 @@ def _call_learner(fn: Callable, *args):
 
 def _fresh_fn():
     """A new function object with its own code each time, so no earlier compile is remembered."""
-    namespace: dict = {}
-    exec("def f(x):\n    return x / (1 + x.abs())\n", namespace)
-    return namespace["f"]
+    return compat.define_function("def f(x):\n    return x / (1 + x.abs())\n", "f")
 
 
 def measure_graphs(shapes: Sequence[tuple], policy: str) -> int:

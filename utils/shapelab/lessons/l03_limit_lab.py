@@ -405,10 +405,9 @@ class _Inputs(list):
 
 def _fresh_function(rng: random.Random) -> Callable:
     """A function with its own code object, so no compile state of an earlier check applies."""
-    scope = {"torch": torch}
-    exec(f"def probe_{rng.randrange(10**6)}(x):\n    return torch.cos(x) * {rng.randint(2, 9)} + {rng.randint(1, 9)}\n",
-         scope)
-    return next(v for k, v in scope.items() if k.startswith("probe_"))
+    name = f"probe_{rng.randrange(10**6)}"
+    return compat.define_function(f"def {name}(x):\n    return torch.cos(x) * {rng.randint(2, 9)} + {rng.randint(1, 9)}\n",
+                                  name, {"torch": torch})
 
 
 def _strict_inputs(rng: random.Random, distinct: int, width: int) -> tuple[list[torch.Tensor], int]:
