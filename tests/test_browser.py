@@ -415,13 +415,39 @@ def _drive(page, spec: BenchSpec, base: str, token: str, copy: Path, errors: lis
     bench.screenshot(path=str(shot))
     print(f"screenshot of the bench after the change: {shot}")
     _assert_legible(bench, spec)
+    _typed_text_and_stale_panes(page, bench, copy)
     _error_after_success(page, bench, copy)
+
+
+def _typed_text_and_stale_panes(page, bench, copy: Path) -> None:
+    """Type a word into a number control: the status line says it was not a whole number. Then type a new
+    number and do not press Run: the panes are marked as the earlier run's (issue 28). Benches without a number
+    control skip this part."""
+    boxes = bench.locator(".shapelab-int input[type='text']")
+    if not boxes.count():
+        return
+    field = boxes.first
+    before = field.input_value()
+    field.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type("twelve")
+    page.keyboard.press("Enter")
+    _status(bench).filter(has_text="is not a whole number").first.wait_for(timeout=30_000)
+    assert field.input_value() == before, "a refused text should leave the number as it was"
+    assert "Adjusted" not in _status(bench).inner_text(), "nothing was adjusted: the text was refused"
+    field.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type(str(int(before) + 1) if int(before) < 2 else str(int(before) - 1))
+    page.keyboard.press("Enter")
+    _status(bench).filter(has_text="Inputs changed").first.wait_for(timeout=30_000)
+    assert bench.locator(".shapelab-stale").count() >= 1, "changed inputs without Run: the panes should say so"
+    bench.screenshot(path=str(SHOTS / f"{copy.stem}-stale.png"))
 
 
 def _error_after_success(page, bench, copy: Path) -> None:
     """Type text that is not a number into the bench's first text box and Run: the status says so and the
     panes are marked as the last successful run (issue 17). Benches without a text box skip this part."""
-    boxes = bench.locator(".widget-text input[type='text']")
+    boxes = bench.locator(".widget-text:not(.shapelab-int > .widget-text) input[type='text']")  # a free text box
     if not boxes.count():
         return
     field = boxes.first
@@ -454,6 +480,10 @@ def _assert_legible(bench, spec: BenchSpec) -> None:
             field = box.locator("input").first if box.locator("input").count() else box.locator(".widget-readout").first
             seen = field.input_value() if box.locator("input").count() else field.inner_text()
             assert seen.strip() == step.value, f"control {step.label!r} shows {seen!r}, not the typed {step.value!r}"
+    tracks = bench.locator(".widget-hslider .slider-container").evaluate_all(
+        "els => els.map(e => e.getBoundingClientRect().width)")
+    narrow = [round(w) for w in tracks if w < 150]
+    assert not narrow, f"slider tracks narrower than 150 px (a learner cannot aim at a value): {narrow}"
     wide = bench.locator(".shapelab-pane, .shapelab-pane .widget-html-content").evaluate_all(
         "els => els.filter(e => e.scrollWidth > e.clientWidth + 1)"
         ".map(e => (e.closest('.shapelab-pane')?.querySelector('b')?.innerText || '?') + ': ' + e.scrollWidth + ' > ' + e.clientWidth)")

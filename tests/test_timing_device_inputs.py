@@ -121,10 +121,16 @@ def test_rule_on_constructed_timings():
         assert NOT_DISTINGUISHABLE in str(c) and "x its time" not in str(c)
     flat_a, flat_b = Timing((1.0,) * 5), Timing((1.5,) * 5)  # zero spread: a measured, exact difference
     assert compare(flat_b, flat_a).verdict == "slower" and compare(flat_a, Timing((1.0,) * 5)).verdict == NOT_DISTINGUISHABLE
-    one = Timing((100.0,))  # one sample (or two) has no measured spread: never a verdict, however far off
-    for short in (one, Timing((100.0, 101.0))):
+    # A one-off (one or two samples, e.g. a first call with its compile) has no spread of its own: it is judged
+    # against the other side's whole range, and two one-offs are never judged.
+    for short in (Timing((100.0,)), Timing((100.0, 101.0))):
         assert MIN_SAMPLES > len(short.samples)
-        assert compare(short, fast).verdict == NOT_DISTINGUISHABLE and "fewer than" in str(compare(short, fast))
+        assert compare(short, fast).verdict == "slower" and "outside the other's range" in str(compare(short, fast))
+        assert compare(short, Timing((99.0,))).verdict == NOT_DISTINGUISHABLE
+        assert "fewer than 3 samples on both sides" in str(compare(short, Timing((1.0,))))
+    inside = Timing((1.05,))  # within fast's range (1.0..1.4) but outside its IQR (1.1..1.3): no verdict
+    assert compare(inside, fast).verdict == NOT_DISTINGUISHABLE and "within the other's range" in str(compare(inside, fast))
+    assert compare(Timing((0.9,)), fast).verdict == "faster"
 
 
 def test_cheapest_and_break_even_only_beyond_the_spread():
@@ -149,22 +155,31 @@ def _random_timing(rng, centre, spread, n):
 
 
 def test_rule_properties_on_generated_timings():
-    """Seeded generators over the domain (sizes 1..40, spreads 0..50 %, centres 1 µs..1 s), edges first:
-    the verdict is symmetric, never given below MIN_SAMPLES or when the IQRs overlap, always given when
-    the ranges are wholly apart, and a stated ratio lies in its quartile range; scaling both sides changes nothing."""
+    """Seeded generators over the domain (sizes 1..40 a side, spreads 0..50 %, centres 1 µs..1 s), edges first:
+    the verdict is symmetric; never given for two one-offs, a one-off within the other's range, or IQRs that
+    overlap; always given when the samples are wholly apart; a stated ratio lies in its range; scaling both
+    sides changes nothing."""
     import random
 
     rng = random.Random(20261201)
-    cases = [(n, s) for n in (1, 2, 3, 4, 40) for s in (0.0, 0.5)] + [(rng.randint(1, 40), rng.uniform(0, 0.5)) for _ in range(400)]
-    for n, rel in cases:
+    edges = [(na, nb, rel) for na, nb in ((1, 1), (1, 2), (1, 40), (2, 40), (40, 1), (3, 3), (4, 4), (40, 40))
+             for rel in (0.0, 0.5)]
+    cases = edges + [(rng.randint(1, 40), rng.randint(1, 40), rng.uniform(0, 0.5)) for _ in range(400)]
+    for n, m, rel in cases:
         centre = 10 ** rng.uniform(-6, 0)
         a = _random_timing(rng, centre, rel * centre, n)
-        b = _random_timing(rng, centre * rng.choice([1.0, rng.uniform(0.3, 3.0)]), rel * centre, rng.randint(1, 40) if n > 3 else n)
+        b = _random_timing(rng, centre * rng.choice([1.0, rng.uniform(0.3, 3.0)]), rel * centre, m)
         ab, ba = compare(a, b), compare(b, a)
         assert ab.distinguishable == ba.distinguishable
-        if min(len(a.samples), len(b.samples)) < MIN_SAMPLES or not (a.q3 < b.q1 or b.q3 < a.q1):
+        n_a, n_b = len(a.samples), len(b.samples)
+        if n_a < MIN_SAMPLES and n_b < MIN_SAMPLES:
             assert ab.verdict == ba.verdict == NOT_DISTINGUISHABLE
-        else:
+        elif min(n_a, n_b) < MIN_SAMPLES:  # a one-off against a timing: outside its whole range, or no verdict
+            apart = max(a.samples) < min(b.samples) or max(b.samples) < min(a.samples)
+            assert ab.distinguishable == apart
+        elif not (a.q3 < b.q1 or b.q3 < a.q1):
+            assert ab.verdict == ba.verdict == NOT_DISTINGUISHABLE
+        if ab.distinguishable:
             assert {ab.verdict, ba.verdict} == {"faster", "slower"}
             lo, hi = ab.ratio_range
             assert lo <= ab.ratio <= hi and (hi < 1) == (ab.verdict == "faster")

@@ -1,3 +1,5 @@
+import html
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -54,7 +56,8 @@ def test_after_an_error_the_panes_say_they_show_the_last_successful_run():
     assert "still show the last successful run" in bench.status.value
     for name in bench.panes:
         assert bench.is_stale(name), name
-        assert "Not updated: the last successful run (sizes='4, 8'" in bench.pane_text(name)
+        assert "Not updated: the last successful run; the current inputs raised an error" in bench.pane_text(name)
+    assert "still show the last successful run (sizes='4, 8'" in html.unescape(bench.status.value)  # its inputs, said once
     assert good.strip() in bench.pane_text("compiles")  # the old figures stay readable, marked
     bench.set(sizes="2, 3")
     assert bench.click() and not any(bench.is_stale(n) for n in bench.panes) and bench.status.value == DONE
@@ -74,8 +77,15 @@ def test_a_clamped_control_is_named_in_the_status_line():
     assert bench.click() and bench.status.value == DONE
 
 
+def _plain_bench():
+    """The same controls over a run that compiles nothing: for what the controls do, not what torch does."""
+    return LabBench("demo", {"sizes": text("sizes", "4, 8"), "policy": dropdown("dynamic", [("None", None), ("True", True)]),
+                             "feature": int_slider("features", 3, 1, 8)},
+                    lambda **v: {"compiles": f"ran with {v}", "reasons": "-"}, ["compiles", "reasons"])
+
+
 def test_text_typed_into_a_number_control_gets_a_note_and_changes_nothing():
-    bench, _ = _bench()
+    bench = _plain_bench()
     assert bench.click()
     for typed in ("abc", "2.5", "", "3 4"):
         bench.set(feature=typed)
@@ -89,14 +99,15 @@ def test_text_typed_into_a_number_control_gets_a_note_and_changes_nothing():
 
 
 def test_panes_are_marked_stale_when_inputs_change_without_run():
-    bench, _ = _bench()
+    bench = _plain_bench()
     bench.set(feature=4)
     assert not any(bench.is_stale(n) for n in bench.panes)  # nothing ran yet: nothing to mark
     assert bench.click()
     for change in ({"feature": 5}, {"sizes": "2, 3"}, {"policy": True}):
         bench.set(**change)
         assert all(bench.is_stale(n) for n in ("compiles", "reasons")) and "Inputs changed" in bench.status.value
-        assert "the inputs changed since: press Run" in bench.pane_text("compiles")
+        assert "Not updated: the inputs changed since this run; press Run" in bench.pane_text("compiles")
+        assert "since the run shown (sizes=" in bench.status.value
         assert bench.click() and not any(bench.is_stale(n) for n in bench.panes)
     bench.set(feature=6)
     bench.set(feature=5)  # back to what the panes show: no longer stale

@@ -10,7 +10,8 @@ check inspects, and lessons interleave rounds of it so that load on a shared mac
 The course's one rule for timing verdicts lives here too (``compare``, ``cheapest``, ``break_even``):
 a comparison ("faster", "x times", "cheapest", "break-even at N") is stated only when it holds beyond
 the measured spread of both sides, i.e. when their interquartile ranges do not overlap, each side
-having at least ``MIN_SAMPLES`` samples; otherwise the page says ``NOT_DISTINGUISHABLE``.
+having at least ``MIN_SAMPLES`` samples (a one-off, such as a first call with its compile, must lie outside
+the other side's whole range); otherwise the page says ``NOT_DISTINGUISHABLE``.
 """
 from __future__ import annotations
 
@@ -77,10 +78,22 @@ def iqr(t: "Timing") -> tuple[float, float]:
     return (t.q1, t.q3) if len(t.samples) >= MIN_SAMPLES else (-math.inf, math.inf)
 
 
+def _spans(a: "Timing", b: "Timing") -> tuple[tuple[float, float], tuple[float, float]]:
+    """The two ranges the rule compares: both IQRs; for a one-off (fewer than MIN_SAMPLES samples, e.g. a
+    first call with its compile) against a repeated timing, the one-off's samples against the other's whole
+    range (min..max), since the one-off has no spread of its own; two one-offs: nothing to compare."""
+    short_a, short_b = len(a.samples) < MIN_SAMPLES, len(b.samples) < MIN_SAMPLES
+    if short_a and short_b:
+        return (-math.inf, math.inf), (-math.inf, math.inf)
+    if short_a or short_b:
+        return (min(a.samples), max(a.samples)), (min(b.samples), max(b.samples))
+    return iqr(a), iqr(b)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """``a`` against ``b`` under the rule. ``ratio`` is a's median over b's; ``ratio_range`` uses the quartiles
-    of both (a.q1 / b.q3 .. a.q3 / b.q1); ``verdict`` is "faster", "slower" (a relative to b) or
+    of both (a.q1 / b.q3 .. a.q3 / b.q1; min..max against a one-off); ``verdict`` is "faster", "slower" (a relative to b) or
     ``NOT_DISTINGUISHABLE``, and only a distinguishable comparison prints a ratio."""
 
     a: "Timing"
@@ -91,7 +104,7 @@ class Comparison:
 
     @property
     def distinguishable(self) -> bool:
-        return separated(iqr(self.a), iqr(self.b))
+        return separated(*_spans(self.a, self.b))
 
     @property
     def ratio(self) -> float:
@@ -99,7 +112,7 @@ class Comparison:
 
     @property
     def ratio_range(self) -> tuple[float, float]:
-        (a1, a3), (b1, b3) = iqr(self.a), iqr(self.b)
+        (a1, a3), (b1, b3) = _spans(self.a, self.b)
         return (a1 / b3 if b3 > 0 else 0.0), (a3 / b1 if b1 > 0 else math.inf)
 
     @property
@@ -119,11 +132,13 @@ class Comparison:
         lo, hi = self.ratio_range
         medians = f"medians {self.fmt(self.a.median)} and {self.fmt(self.b.median)}"
         if not self.distinguishable:
-            why = ("fewer than %d samples on a side" % MIN_SAMPLES if min(len(self.a.samples), len(self.b.samples)) < MIN_SAMPLES
-                   else "their IQRs overlap")
+            n = sorted((len(self.a.samples), len(self.b.samples)))
+            why = (f"fewer than {MIN_SAMPLES} samples on both sides" if n[1] < MIN_SAMPLES else
+                   "the one-off lies within the other's range" if n[0] < MIN_SAMPLES else "their IQRs overlap")
             return f"{self.a_name} against {self.b_name}: {NOT_DISTINGUISHABLE} ({medians}; {why})"
+        apart = "IQRs apart" if min(len(self.a.samples), len(self.b.samples)) >= MIN_SAMPLES else "outside the other's range"
         return (f"{self.a_name} is {self.verdict} than {self.b_name}: {self.ratio:.2f}x its time "
-                f"(quartile range {lo:.2f}..{hi:.2f}; {medians}, IQRs apart)")
+                f"(range {lo:.2f}..{hi:.2f}; {medians}, {apart})")
 
 
 def compare(a: "Timing", b: "Timing", a_name: str = "a", b_name: str = "b", fmt: Callable[[float], str] | None = None) -> Comparison:

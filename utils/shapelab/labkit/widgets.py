@@ -46,13 +46,13 @@ STYLE = """<style>
   font-size: 12px; }
 .shapelab-bench img, .shapelab-bench svg.shapelab-steps { max-width: 100%; height: auto; display: block; }
 .shapelab-bench table { max-width: 100%; table-layout: auto; }
-.shapelab-bench td, .shapelab-bench th { word-break: normal; overflow-wrap: break-word; }
+.shapelab-bench td, .shapelab-bench th { word-break: normal; overflow-wrap: break-word; padding: 2px 12px 2px 0; }
 .shapelab-bench .shapelab-stale { color: #7a4100; background: #fff3e0; border-left: 3px solid #e08a00;
   padding: 2px 6px; margin-bottom: 4px; font-size: 12px; }
 .shapelab-bench .widget-dropdown { width: auto; max-width: 100%; }
 .shapelab-bench .shapelab-int .widget-text { width: auto; }
 .shapelab-bench .shapelab-int .widget-text input { width: 64px; flex: 0 0 64px; }
-.shapelab-bench .widget-dropdown > select { width: auto; min-width: 148px; max-width: 640px; }
+.shapelab-bench .widget-dropdown > select { width: auto; min-width: 148px; max-width: 640px; padding-right: 24px; }
 </style>"""
 
 ICON = ("<svg width='16' height='16' viewBox='0 0 16 16' style='vertical-align:-2px;margin-right:6px' "
@@ -230,8 +230,9 @@ class LabBench:
             self._show_ok()
             self.status.value = DONE + notes
             return
-        self._mark_stale(f"these panes show the run with {_fmt_values(self.last_ok)}; the inputs changed since: press Run")
-        self.status.value = "<b>Inputs changed</b>: press Run to update the panes." + notes
+        self._mark_stale("the inputs changed since this run; press Run")
+        self.status.value = (f"<b>Inputs changed</b> since the run shown ({html.escape(_fmt_values(self.last_ok))}): "
+                             "press Run to update the panes." + notes)
 
     def click(self) -> bool:
         """Run once with the current control values; True on success."""
@@ -247,9 +248,9 @@ class LabBench:
             self.last_error = e
             first = (str(e).strip().splitlines() or [""])[0]
             if self.last_ok is not None:
-                self._mark_stale(f"the last successful run ({_fmt_values(self.last_ok)}); the current inputs raised an error")
-            kept = ("The panes below still show the last successful run." if self.last_ok is not None
-                    else "Nothing has run yet, so the panes are empty.")
+                self._mark_stale("the last successful run; the current inputs raised an error")
+            kept = (f"The panes below still show the last successful run ({html.escape(_fmt_values(self.last_ok))})."
+                    if self.last_ok is not None else "Nothing has run yet, so the panes are empty.")
             self.status.value = (f"<span style='color:#b00020'><b>Error</b>, not run: {html.escape(type(e).__name__)}: "
                                  f"{html.escape(first)}</span> {kept}" + _notes_html(notes) + _notes_html(refused, "Note"))
             return False
