@@ -574,6 +574,16 @@ def test_attack_a_flood_is_limited_per_learner(room):
     assert room.app.settings["limit"].burst >= 2 * _manifest().records_per_run()
 
 
+def test_the_rate_limit_refills_at_its_rate():
+    from shapelab.room.service import RateLimit
+
+    limit = RateLimit(burst=3, per_minute=60)
+    assert [limit.take("a", now=0.0) for _ in range(4)] == [0.0, 0.0, 0.0, 1.0]  # the burst, then a second to wait
+    assert limit.take("b", now=0.0) == 0.0  # each learner has a bucket of their own
+    assert limit.take("a", now=0.5) == 0.5 and limit.take("a", now=1.0) == 0.0
+    assert [limit.take("a", now=100.0) for _ in range(4)] == [0.0, 0.0, 0.0, 1.0]  # refilled to the burst, no more
+
+
 def test_attack_one_forged_measurement_does_not_decide_the_page(room):
     """Three kernels measured 3; mallory sends "measured: 7" a hundred times: the page says 3, and shows the 7
     as one kernel's disagreement."""
