@@ -1,4 +1,5 @@
 """The warm-up: fills the Inductor cache it is given, and names the sections that stay cold on purpose."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,34 @@ def test_warmup_fills_the_cache_and_lists_the_cold_sections(tmp_path):
     assert "00_tiny · 2. Watch a compile (cell 5, took" in out
     assert "1. Served warm" not in out.split("on purpose")[1]
     assert f"TORCHINDUCTOR_CACHE_DIR={cache}" in out
+    record = warmup.read_record(cache / warmup.RECORD)
+    assert record["00_tiny"]["files added"] == files and record["00_tiny"]["key"]["scale"] == "ci"
+
+    again = subprocess.run([sys.executable, "-m", "shapelab.tools.warmup", "--notebooks", str(nbs), "--cache-dir",
+                            str(cache), "--scale", "ci"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "skipped 00_tiny: already warmed into this cache" in again.stdout, again.stdout
+    assert "ran 0 lesson(s), skipped 1" in again.stdout
+    assert warmup.cache_stats(cache)[0] == files
+
+
+def test_a_lesson_is_skipped_only_when_a_record_of_the_same_notebook_says_so(tmp_path):
+    lesson = write_notebook(tmp_path / "00_x.ipynb", TINY)
+    key = {"code": "0" * 16, "scale": "ci", "torch": "2.13.0", "device": "cpu"}
+    same = dict(key)
+    assert warmup.why_skip(lesson, same, {}, {}) is None  # no record: it runs
+    assert "adds nothing" in warmup.why_skip(lesson, same, {}, {"00_x": {"key": key, "files added": 0}})
+    assert warmup.why_skip(lesson, same, {}, {"00_x": {"key": key, "files added": 3}}) is None  # it fills the cache
+    for changed in ({"code": "1" * 16}, {"scale": "full"}, {"torch": "2.14.0"}, {"device": "cuda"}):
+        other = dict(key, **changed)  # an edited lesson, another scale, PyTorch or device: measured again
+        assert warmup.why_skip(lesson, other, {}, {"00_x": {"key": key, "files added": 0}}) is None
+        assert warmup.why_skip(lesson, other, {"00_x": {"key": key, "files added": 3}}, {}) is None
+    assert "already warmed" in warmup.why_skip(lesson, same, {"00_x": {"key": key, "files added": 3}}, {})
+    real = warmup.lesson_key(lesson, "auto")
+    assert real["scale"] == {"cpu": "ci", "cuda": "full"}[real["device"]] and len(real["code"]) == 16
+    prose = json.loads(lesson.read_text())
+    prose["cells"][0]["source"] = "# Tiny lesson, reworded"
+    assert warmup.code_hash(json.dumps(prose)) == real["code"]  # prose does not change what it compiles
 
 
 def test_lists_lesson_00s_cold_compile_without_running_anything():

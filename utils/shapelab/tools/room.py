@@ -69,7 +69,10 @@ def ports(args) -> dict[str, tuple[str, int]]:
 
 
 def port_in_use(address: str, port: int) -> bool:
+    """Whether something listens on ``port`` (bound as the hub and proxy bind: a closed connection's TIME_WAIT,
+    left by a room just stopped, does not count)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((address, port))
         except OSError:
@@ -179,9 +182,10 @@ def stop_all(hub: subprocess.Popen, others: list, proxy_pid_file: Path, say=prin
     then kill what is left of the processes seen under it, by PID and process group, waiting a bounded time."""
     import psutil
 
-    seen = [*descendants(hub.pid), *others]
+    seen = descendants(hub.pid)
     for p in others:
-        seen += descendants(p.pid)
+        if p.poll() is None:
+            seen += [psutil.Process(p.pid), *descendants(p.pid)]
     try:
         seen.append(psutil.Process(int(proxy_pid_file.read_text())))
     except (OSError, ValueError, psutil.Error):

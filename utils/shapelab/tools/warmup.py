@@ -18,7 +18,7 @@ only: warm-up does not shorten them, on purpose. The command lists them, lesson 
 the time each took here, so the instructor can say "this one will take a few seconds: watch it".
 
 Only what fills the cache is run: each warm-up writes what every lesson added to the cache into
-the cache's own record (``shapelab-warmup.json``), keyed by the notebook's content, the SCALE, the
+the cache's own record (``shapelab-warmup.json``), keyed by the notebook's code, the SCALE, the
 PyTorch version and the device; a later warm-up into the same cache skips the lessons it already
 ran. ``warmup_record.json`` beside this module is such a record from an empty cache, kept with the
 course: a lesson it says adds nothing at the room's scale (on a CPU at SCALE=ci most lessons compile
@@ -228,15 +228,22 @@ def describe_spots(spots: Sequence[FreshSpot], seconds: dict | None = None) -> s
     return "\n".join(lines)
 
 
+def code_hash(notebook_text: str) -> str:
+    """A lesson's code, hashed: what it runs decides what it compiles (its prose does not)."""
+    cells = json.loads(notebook_text)["cells"]
+    code = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells if c["cell_type"] == "code"]
+    return hashlib.sha256("\n\0\n".join(code).encode()).hexdigest()[:16]
+
+
 def lesson_key(path: Path, scale: str) -> dict:
-    """What decides whether a lesson adds to Inductor's cache: its content, the SCALE, PyTorch and the device."""
+    """What decides whether a lesson adds to Inductor's cache: its code, the SCALE, PyTorch and the device."""
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if scale == "auto":
         scale = "full" if device == "cuda" else "ci"  # as the lessons' S.setup resolves it
-    return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16], "scale": scale,
-            "torch": torch.__version__.split("+")[0], "device": device}
+    return {"code": code_hash(path.read_text()), "scale": scale, "torch": torch.__version__.split("+")[0],
+            "device": device}
 
 
 def read_record(path: Path) -> dict:
