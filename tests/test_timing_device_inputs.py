@@ -219,3 +219,23 @@ def test_time_interleaved_alternates_rounds_and_pools_them():
     switches = sum(1 for x, y in zip(order, order[1:]) if x != y)
     assert switches >= 5  # a, b, a, b, a, b: at least one switch per round boundary
     assert set(out) == {"a", "b"} and all(len(t.samples) >= 3 and t.runs >= len(t.samples) for t in out.values())
+
+
+def test_lessons_state_timing_comparisons_only_through_the_rule():
+    """No lesson cell divides one median by another, picks a cheapest with min(), or prints a bare "timing noise"
+    figure beside a verdict: each comparison goes through timing.compare / cheapest / break_even (issue 28)."""
+    import json
+    import re
+    from pathlib import Path
+
+    ratio = re.compile(r"/\s*[\w\[\]\"'.]+\.(median|q1|q3)\b")  # something divided by a timing's median or quartile
+    picked = re.compile(r"""["']cheapest[^"']*["']\s*:\s*min\(""")
+    noise = re.compile(r"timing noise")
+    found = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9]*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                for line in "".join(cell["source"]).splitlines():
+                    if ratio.search(line) or picked.search(line) or noise.search(line):
+                        found.append(f"{path.name} {cell.get('id')}: {line.strip()}")
+    assert not found, "timing comparisons outside timing.compare:\n" + "\n".join(found)

@@ -485,6 +485,7 @@ def guard_cost(ns: Sequence[int] = (1, 10, 50), *, backends: Sequence[str] = ("e
                 t = time_call(compiled, *xs, repeats=repeats, inner=_auto_inner(compiled, *xs), device=device)
                 row[f"compiled ({backend}) µs"] = round(t.median * 1e6, 1)
                 row[f"overhead ({backend}) µs"] = round((t.median - eager.median) * 1e6, 1)
+                row[f"compiled vs eager ({backend})"] = compare(t, eager).verdict  # the overhead is real only if "slower"
                 if check_t is None:
                     row["guards"] = count_guards(fn)
                     check = guard_check_fn(fn)
