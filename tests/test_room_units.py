@@ -688,6 +688,10 @@ def test_the_page_an_instructor_teaches_from(tmp_path, fake_hub, browser):
         assert value.locator("summary").inner_text().endswith("…")
         value.locator("summary").click()
         assert value.locator("div").inner_text() == long_value and value.locator("div").is_visible()
+        closed = page.locator(f'details.lab[data-lab="{_manifest().labs[0].label}"]')
+        closed.locator("summary").click()  # opened by hand, it stays open over the page's refreshes
+        page.evaluate("() => refresh(false)")  # the page re-rendered from the service
+        assert closed.get_attribute("open") is not None
         page.reload()
         framed.locator(".question").wait_for(timeout=10_000)
         assert framed.get_attribute("data-prompt") == lesson.prompts[0].line

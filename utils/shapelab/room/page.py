@@ -60,11 +60,19 @@ PAGE = """<!doctype html>
 <script>
 const XSRF = "{{xsrf}}";
 let room = null;
+const opened = {};  // what the instructor opened or closed by hand, kept over refreshes: "lesson:ID" / "lab:LABEL"
+function foldable(key, byDefault) {
+  const d = el("details", key.split(":")[0]);
+  d.open = key in opened ? opened[key] : byDefault;
+  d.addEventListener("click", e => { if (e.target.tagName === "SUMMARY") opened[key] = !d.open; });
+  return d;
+}
 function el(tag, cls, text) { const e = document.createElement(tag); if (cls) e.className = cls;
   if (text !== undefined) e.textContent = text; return e; }
 function value(text) {  // a value in full: long ones fold, and open on a click
   if (text.length <= 40) return el("span", "label", text);
-  const d = el("details", "label value"); d.append(el("summary", "", text.slice(0, 40) + "…"), el("div", "", text));
+  const d = foldable("value:" + text, false); d.className = "label value";
+  d.append(el("summary", "", text.slice(0, 40) + "…"), el("div", "", text));
   return d;
 }
 function rich(cls, text) {  // `code` in a question as code, everything as text
@@ -124,12 +132,10 @@ function render(data) {
   const [fl, fp, isPinned] = framedPrompt();
   if (fp) renderFramed(fl, fp, isPinned);
   const lessons = document.getElementById("lessons");
-  const open = new Set([...lessons.querySelectorAll("details[open]")].map(d => d.dataset.lesson));
   lessons.replaceChildren();
   for (const l of room.lessons) {
     if (!l.prompts.length) continue;
-    const d = el("details", "lesson"); d.dataset.lesson = l.id;
-    d.open = open.has(l.id) || (fl && fl.id === l.id) || (!open.size && l.reached);
+    const d = foldable("lesson:" + l.id, l.reached || (fl && fl.id === l.id)); d.dataset.lesson = l.id;
     d.append(el("summary", "", `${l.title} (${l.prompts.length} prompts)`));
     const ol = el("ol", "prompts");
     for (const p of l.prompts) {
@@ -168,7 +174,7 @@ function render(data) {
   const labs = document.getElementById("labs"); labs.replaceChildren();
   for (const lab of room.labs) {
     const active = lab.exercises.some(e => e.passed + e.tried > 0) || (fl && lab.label === fl.id);
-    const d = el("details", "lab"); d.dataset.lab = lab.label; d.open = active;
+    const d = foldable("lab:" + lab.label, active); d.dataset.lab = lab.label;
     d.append(el("summary", "", `${lab.title} (${lab.exercises.length} exercises)`));
     const t = el("table"), head = el("tr");
     for (const h of ["exercise", "passed", "tried, not passed", "not started"]) head.append(el("th", "", h));
