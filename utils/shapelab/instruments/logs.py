@@ -135,8 +135,9 @@ def quiet_dynamo_stderr() -> Iterator[None]:
 
 
 def _prints(handler: logging.Handler) -> bool:
-    """A handler that writes to a terminal stream: torch's own (a StreamHandler, or 2.15's subclass of it), not a file."""
-    return isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
+    """A handler that writes to a stream, not a file: torch's own (a StreamHandler to 2.14; 2.15's ``_StderrHandler``,
+    a plain Handler whose ``stream`` is always the current ``sys.stderr``)."""
+    return hasattr(handler, "stream") and not isinstance(handler, logging.FileHandler)
 
 
 @contextlib.contextmanager
