@@ -122,11 +122,15 @@ class Comparison:
         return "slower" if self.a.median > self.b.median else "faster"
 
     @property
+    def ratio_text(self) -> str:
+        return _fmt_ratio(self.ratio)
+
+    @property
     def times(self) -> str:
         """ "2.02x the time (slower)" when distinguishable, else the rule's words: for a table's cell."""
         if not self.distinguishable:
             return NOT_DISTINGUISHABLE
-        return f"{self.ratio:.2f}x the time ({self.verdict})"
+        return f"{_fmt_ratio(self.ratio)}x the time ({self.verdict})"
 
     def __str__(self) -> str:
         lo, hi = self.ratio_range
@@ -137,8 +141,13 @@ class Comparison:
                    "the one-off lies within the other's range" if n[0] < MIN_SAMPLES else "their IQRs overlap")
             return f"{self.a_name} against {self.b_name}: {NOT_DISTINGUISHABLE} ({medians}; {why})"
         apart = "IQRs apart" if min(len(self.a.samples), len(self.b.samples)) >= MIN_SAMPLES else "outside the other's range"
-        return (f"{self.a_name} is {self.verdict} than {self.b_name}: {self.ratio:.2f}x its time "
-                f"(range {lo:.2f}..{hi:.2f}; {medians}, {apart})")
+        return (f"{self.a_name} is {self.verdict} than {self.b_name}: {_fmt_ratio(self.ratio)}x its time "
+                f"(range {_fmt_ratio(lo)}..{_fmt_ratio(hi)}; {medians}, {apart})")
+
+
+def _fmt_ratio(r: float) -> str:
+    """2 decimals below 10, then fewer: ``1.07``, ``35.0``, ``3618``."""
+    return f"{r:.2f}" if r < 10 else f"{r:.1f}" if r < 100 else f"{r:.0f}"
 
 
 def compare(a: "Timing", b: "Timing", a_name: str = "a", b_name: str = "b", fmt: Callable[[float], str] | None = None) -> Comparison:
@@ -269,7 +278,8 @@ def time_interleaved(calls: dict[str, tuple[Callable, tuple]], *, min_run_time: 
                      threads: int | None = None) -> dict[str, Timing]:
     """Warm timings of several calls, ``{name: (fn, args)}``, taken in ``rounds`` alternating rounds of
     ``time_warm`` (each ``min_run_time / rounds`` seconds), so that load on a shared machine, which comes and
-    goes over seconds, hits every side alike and shows in each side's spread instead of between them."""
+    goes over seconds, hits every side alike and shows in each side's spread instead of between them. Each
+    round gives at least one block, so a call of milliseconds still gets ``rounds`` samples for the rule."""
     from .inputs import validate_count
 
     validate_count("rounds", rounds)
