@@ -147,3 +147,22 @@ def test_aliasing_is_reported_once_from_torchs_own_reason_and_nothing_else():
         f(x, torch.ones(3))  # two tensors: a recompile, and the only cause is the aliasing
     (every,) = [v.every for v in seen.values()]
     assert len(every) == 1 and len(every[0]) == 1 and ("Duplicate tensor" in every[0][0] or " is " in every[0][0]), every
+
+
+def test_define_function_gives_each_generated_function_its_own_source_and_cache():
+    import inspect
+
+    from shapelab import isolated
+
+    fs = [compat.define_function(f"def f(x):\n    return x * {k}\n", "f") for k in (2, 3)]
+    assert fs[0].__code__ is not fs[1].__code__ and inspect.getsourcefile(fs[0]) is not None  # 2.11 wraps it without
+    assert inspect.getsource(fs[1]) == "def f(x):\n    return x * 3\n"
+    scope = {"torch": torch}
+    g = compat.define_function("def g(x):\n    return torch.cos(x)\n", "g", scope)
+    assert scope["g"] is g
+    with isolated():
+        for f in fs + [g]:
+            torch.compile(f, backend="eager")(torch.ones(2))
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        assert [len(_debug_get_cache_entry_list(f.__code__)) for f in fs + [g]] == [1, 1, 1]
