@@ -40,7 +40,7 @@ PAGE = """<!doctype html>
   #positions th:nth-child(1) { width: 6.5em; } #positions th:nth-child(2) { width: 10.5em; }
   #positions th:nth-child(4) { width: 5em; }
   #positions td { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
-  .labs { display: grid; grid-template-columns: repeat(auto-fill, minmax(36em, 1fr)); gap: 0 1.5em; }
+  .labs table { min-width: 40em; margin-bottom: .4em; }
 </style>
 </head>
 <body>
@@ -136,7 +136,7 @@ function render(data) {
   for (const l of room.lessons) {
     if (!l.prompts.length) continue;
     const d = foldable("lesson:" + l.id, l.reached || (fl && fl.id === l.id)); d.dataset.lesson = l.id;
-    d.append(el("summary", "", `${l.title} (${l.prompts.length} prompts)`));
+    d.append(el("summary", "", `${l.title} (${l.prompts.length} prompt${l.prompts.length === 1 ? "" : "s"})`));
     const ol = el("ol", "prompts");
     for (const p of l.prompts) {
       const li = el("li", fp === p ? "framed" : ""); li.dataset.prompt = p.line;
@@ -172,8 +172,10 @@ function render(data) {
     .concat(room.not_in_course ? [`${room.not_in_course} records name prompts or exercises no longer in the course (in the CSV)`] : [])
     .join("; ");
   const labs = document.getElementById("labs"); labs.replaceChildren();
-  for (const lab of room.labs) {
-    const active = lab.exercises.some(e => e.passed + e.tried > 0) || (fl && lab.label === fl.id);
+  const checked = lab => lab.exercises.some(e => e.passed + e.tried > 0);
+  const anyChecked = room.labs.some(checked);
+  for (const lab of room.labs) {  // open: checked in, or the framed lesson's lab; all of them before any check
+    const active = checked(lab) || (fl && lab.label === fl.id) || !anyChecked;
     const d = foldable("lab:" + lab.label, active); d.dataset.lab = lab.label;
     d.append(el("summary", "", `${lab.title} (${lab.exercises.length} exercises)`));
     const t = el("table"), head = el("tr");
