@@ -66,6 +66,7 @@ class Manifest:
         self._lessons = {lesson.id: lesson for lesson in self.lessons}
 
     def lesson(self, name: str) -> Lesson | None:
+        """The lesson of that notebook name, or None."""
         return self._lessons.get(name)
 
     def prompt(self, lesson: str, line: str) -> tuple[Lesson, int] | None:
@@ -73,6 +74,7 @@ class Manifest:
         return self._prompts.get((lesson, line))
 
     def lab(self, label: str) -> Lab | None:
+        """The lab whose Checker sends ``label``, or None."""
         return self._labs.get(label)
 
     def records_per_run(self) -> int:
@@ -81,6 +83,7 @@ class Manifest:
 
 
 def load(path: Path = PATH) -> Manifest:
+    """The checked-in manifest (what the room service accepts)."""
     return Manifest(json.loads(Path(path).read_text()))
 
 
@@ -185,6 +188,7 @@ def text(data: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line: write manifest.json from the notebooks, or with --check report drift and return 1."""
     parser = argparse.ArgumentParser(prog="python -m shapelab.room.manifest", description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=ROOT, help="the course's folder (default: this checkout)")
     parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
