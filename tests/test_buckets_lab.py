@@ -268,7 +268,7 @@ def test_timer_check_re_measures_and_rejects_typed_in_numbers_and_counted_compil
     ok, msg = G.check_per_request_seconds(with_compile)
     assert not ok and "first call" in msg
     ok, msg = G.check_per_request_seconds(lambda fn, *a: 0.005)  # typed in
-    assert not ok and ("far" in msg or "same number" in msg)
+    assert not ok and ("far" in msg or "same number" in msg or "never called" in msg)
     ok, msg = G.check_per_request_seconds(lambda fn, *a: None)
     assert not ok and "returned None" in msg
 

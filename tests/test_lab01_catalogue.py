@@ -681,3 +681,111 @@ from torch._dynamo import maybe_mark_dynamic  # noqa: E402
 def test_exercise_5_accepts_new_correct_marks(right):
     ok, msg = L.check_loader_mark(right, seed=0)
     assert ok, msg
+
+
+# -- third round (issue 29): grader state reached through an object, and settings changed inside the call --
+import gc  # noqa: E402
+import types  # noqa: E402
+
+
+class _HoldsTheGrader:
+    """Grader state held as an attribute: the reading must follow an object's own attributes, not only __call__."""
+
+    def __init__(self):
+        self.truth = L.measure_graphs
+
+    def __call__(self, shapes, policy):
+        return self.truth(shapes, policy)
+
+
+class _HoldsTheCache:
+    """The grader's cached measurements held in a slot."""
+
+    __slots__ = ("cache",)
+
+    def __init__(self):
+        self.cache = L._measured
+
+    def __call__(self, shapes, policy):
+        return self.cache(tuple(map(tuple, shapes)), policy)
+
+
+class _Asks:
+    def __init__(self, who):
+        self.who = {"grader": who}
+
+    def rule(self, shapes, policy):
+        return self.who["grader"](shapes, policy)
+
+
+torch._lab_truth = L.measure_graphs  # hidden on a library module's attribute, which the reading does not follow
+
+
+def _by_torch_attribute(shapes, policy):
+    return torch._lab_truth(shapes, policy)
+
+
+def _by_gc(shapes, policy):
+    truth = next(o for o in gc.get_objects() if isinstance(o, types.FunctionType)
+                 and o.__qualname__ == "measure_graphs" and "l01" in o.__module__)
+    return truth(shapes, policy)
+
+
+def _patched_inside(shapes, policy):
+    # dynamic=None read as "static unless told", with the switch set for the call only (and put back)
+    with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+        return _rule(shapes, policy)
+
+
+OBJECT_SHORTCUTS_1 = [
+    # a callable object holding the grader's function as an attribute
+    _HoldsTheGrader(),
+    # a callable object holding the grader's cached measurements in a slot
+    _HoldsTheCache(),
+    # a bound method of an object whose dict holds the grader
+    _Asks(L.measure_graphs).rule,
+    # the grader reached through an attribute set on torch: only watching course calls sees it
+    _by_torch_attribute,
+    # the grader found among all live objects: only watching course calls sees it
+    _by_gc,
+    # a setting changed inside the call and put back before the check compares settings
+    _patched_inside,
+]
+
+
+@pytest.mark.parametrize("wrong", OBJECT_SHORTCUTS_1, ids=lambda f: type(f).__name__ + getattr(f, "__name__", ""))
+def test_exercise_1_rejects_grader_state_reached_through_an_object(wrong):
+    ok, msg = L.check_expected_graphs(wrong, seed=0)
+    assert not ok, msg
+    assert ("course library" in msg or "grader" in msg or "setting" in msg), msg
+
+
+class _RuleObject:
+    """A correct rule as an object with state of its own (a table of graph counts per policy, computed by reasoning)."""
+
+    fixed = {"dynamic=True": lambda s: 1, "dynamic=False": lambda s: len(set(map(tuple, s)))}
+
+    def __init__(self):
+        self.fallback = _rule_by_events
+
+    def __call__(self, shapes, policy):
+        return self.fixed.get(policy, lambda s: self.fallback(s, policy))(shapes)
+
+
+def test_exercise_1_accepts_a_correct_rule_held_by_an_object():
+    ok, msg = L.check_expected_graphs(_RuleObject(), seed=0)
+    assert ok, msg
+
+
+def _serve_with_patch(project, requests):
+    # duck sizing switched off for the call only: a global switch, set and put back inside the answer
+    with torch.fx.experimental._config.patch(use_duck_shape=False):
+        compiled = torch.compile(project, backend="eager")
+        for x, w in requests:
+            torch._dynamo.mark_dynamic(x, 0)
+            compiled(x, w)
+
+
+def test_exercise_3_rejects_a_switch_set_inside_the_call(served):
+    ok, msg = L.check_guard_fix(GUARD, _serve_with_patch, served)
+    assert not ok and "setting" in msg, msg

@@ -524,3 +524,75 @@ def test_exercise_5_accepts_the_default_policy_for_c():
     # correct: automatic dynamic gives C a static graph, then one symbolic graph: two, no padding, no fall-back
     ok, msg = LAB.check_choices(_choices({"A": "bucket128", "B": "raise_limit", "C": "default"}))
     assert ok, msg
+
+
+# -- third round (issue 29): grader state reached through an object ------------------------------------
+
+
+class _DiagnoseByCases:
+    """A callable object holding the grader's hidden records (its cached replays) as an attribute."""
+
+    def __init__(self):
+        self.cases = LAB._hidden_records
+
+    def __call__(self, record):
+        for _, cause, rec in self.cases(0, 20):
+            if [c.shapes for c in rec.calls] == [c.shapes for c in record.calls]:
+                return bool(rec.fell_back), cause
+        return bool(record.fell_back), "lengths"
+
+
+class _CountByReplay:
+    """A callable object holding the grader's cached measurement in a slot."""
+
+    __slots__ = ("measure",)
+
+    def __init__(self):
+        self.measure = LAB._measured_fallbacks
+
+    def __call__(self, warm, lengths, limit):
+        return self.measure(tuple(warm), tuple(lengths), limit)
+
+
+class _Counter:
+    def __init__(self):
+        self.tools = [LAB._measured_fallbacks]
+
+    def count(self, warm, lengths, limit):
+        return self.tools[0](tuple(warm), tuple(lengths), limit)
+
+
+@pytest.mark.parametrize("wrong", [_DiagnoseByCases()], ids=["object holding the hidden records"])
+def test_exercise_1_rejects_grader_state_held_by_an_object(wrong):
+    ok, msg = LAB.check_diagnosis(wrong)
+    assert not ok and "course library" in msg, msg
+
+
+@pytest.mark.parametrize("wrong", [_CountByReplay(), _Counter().count],
+                         ids=["slot holding the measurement", "bound method, list attribute"])
+def test_exercise_2_rejects_grader_state_reached_through_an_object(wrong):
+    ok, msg = LAB.check_count(wrong)
+    assert not ok and "course library" in msg, msg
+
+
+def _pad_everything(svc):
+    def adapter(request):
+        # one graph for everything: every request padded to the longest length and the largest batch, however slow
+        x, t = svc.default_args(request)
+        return F.pad(x, (0, 0, 0, svc.max_len - request.length, 0, svc.max_batch - request.batch)), t
+    return adapter
+
+
+def _course_tensor(svc):
+    def adapter(request):
+        # the course library's own input maker, reached through the service's model's module
+        x, t = svc.default_args(request)
+        torch._dynamo.mark_dynamic(x, 1)
+        return LAB.make_tensor(tuple(x.shape), seed=request.batch * 1000 + request.length), t
+    return adapter
+
+
+@pytest.mark.parametrize("make", [_pad_everything, _course_tensor], ids=lambda f: f.__name__)
+def test_exercise_3_rejects_slow_and_course_adapters(lengths_service, make):
+    ok, msg = LAB.check_fix(lengths_service, make(lengths_service), requests=24)
+    assert not ok, msg

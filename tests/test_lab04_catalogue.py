@@ -218,9 +218,7 @@ WRONG = [
 ]
 
 RIGHT = [
-    ("pow2_bucket", "doubling from the floor", lambda n, L, s: min(s * 2 ** max(0, math.ceil(math.log2(n / s))), L)),
     ("pow2_bucket", "a bit trick on n itself", lambda n, L, s: min(max(1 << (n.bit_length() - (n & (n - 1) == 0)), s), L)),
-    ("multiple_bucket", "math.ceil of a division", lambda n, k, L: min(math.ceil(n / k) * k, L)),
     ("masked_mean", "torch.where over the padding", mean_where),
     ("masked_mean", "an einsum with the mask", mean_einsum),
     ("choose_buckets", "a memoised recursion", recursive_buckets),
@@ -470,3 +468,102 @@ def leaks(exercise, answer, msg):
 
 test_wrong_answer_is_rejected, test_correct_alternative_is_accepted, test_catalogue_is_big_enough = \
     catalogue_tests(WRONG, RIGHT, judge, leaks)
+
+
+# --- round 3 (issue 29): timers that take one sample or time the compile, and the far edges of L --------------
+
+def timer_first_call_only(fn, *args):
+    # the first call timed: it is the compile, not a request
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
+def timer_one_warm_call(fn, *args):
+    # one warm-up, then one timed call: a single sample of a quantity that varies
+    fn(*args)
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
+def timer_two_warm_calls_mean(fn, *args):
+    # a warm-up, then the mean of two calls: too few repeats for a median
+    fn(*args)
+    start = time.perf_counter()
+    fn(*args)
+    fn(*args)
+    return (time.perf_counter() - start) / 2
+
+
+def timer_total_of_ten(fn, *args):
+    # the total of ten warm calls returned, not the seconds of one
+    fn(*args)
+    start = time.perf_counter()
+    for _ in range(10):
+        fn(*args)
+    return time.perf_counter() - start
+
+
+def timer_median_of_seven_after_three(fn, *args):
+    """Correct, written differently: three warm-ups, then statistics.median of seven timed calls."""
+    for _ in range(3):
+        fn(*args)
+    return statistics.median(timeit.repeat(lambda: fn(*args), number=1, repeat=7))
+
+
+def timer_quantile_of_nine(fn, *args):
+    """Correct, written differently: the middle of nine sorted samples, with perf_counter_ns."""
+    fn(*args)
+    samples = []
+    for _ in range(9):
+        start = time.perf_counter_ns()
+        fn(*args)
+        samples.append((time.perf_counter_ns() - start) * 1e-9)
+    return statistics.quantiles(samples, n=2)[0]
+
+
+def pow2_shift_loop(n, L, smallest):
+    """Correct, written differently: shift a bit left until it holds n and the floor (integers only)."""
+    b = 1
+    while b < n or b < smallest:
+        b <<= 1
+    return L if b > L else b
+
+
+def multiple_by_negated_floor_division(n, k, L):
+    """Correct, written differently: integer ceiling through (n + k - 1) // k."""
+    return min((n + k - 1) // k * k, L)
+
+
+WRONG_3 = [
+    ("per_request_seconds", "the first call alone timed, compile included", timer_first_call_only),
+    ("per_request_seconds", "one warm call timed, no repeats", timer_one_warm_call),
+    ("per_request_seconds", "the mean of two warm calls: too few repeats", timer_two_warm_calls_mean),
+    ("per_request_seconds", "the total of ten calls, not one", timer_total_of_ten),
+    # float arithmetic: log2 of an int rounds from 2^49 up, so 2^k + 1 is sent to 2^k, which does not hold it
+    ("pow2_bucket", "2 ** ceil(log2(n)) in floats", lambda n, L, s: min(max(2 ** math.ceil(math.log2(n)), s), L)),
+    ("pow2_bucket", "doubling from the floor by a float log2 (was in RIGHT)",
+     lambda n, L, s: min(s * 2 ** max(0, math.ceil(math.log2(n / s))), L)),
+    # float division: n / k rounds from 2^53 up, so the multiple found can be below n
+    ("multiple_bucket", "math.ceil of a float division (was in RIGHT)", lambda n, k, L: min(math.ceil(n / k) * k, L)),
+]
+
+RIGHT_3 = [
+    ("per_request_seconds", "statistics.median of timeit.repeat after three warm-ups", timer_median_of_seven_after_three),
+    ("per_request_seconds", "the middle quantile of nine samples", timer_quantile_of_nine),
+    ("pow2_bucket", "a shift loop in integers", pow2_shift_loop),
+    ("pow2_bucket", "a bit trick on n itself, integers only",
+     lambda n, L, s: min(max(1 << (n.bit_length() - (n & (n - 1) == 0)), s), L)),
+    ("multiple_bucket", "(n + k - 1) // k", multiple_by_negated_floor_division),
+]
+
+test_wrong_answer_is_rejected_3, test_correct_alternative_is_accepted_3, _ = catalogue_tests(WRONG_3, RIGHT_3, judge, leaks)
+
+
+def test_timer_feedback_names_the_cause():
+    # the first call timed is told about the compile (not units), a single warm call about repeats
+    for timer, says in [(timer_first_call_only, "first call"), (timer_one_warm_call, "Repeat the warm call"),
+                        (timer_in_milliseconds, "milliseconds"), (timer_total_of_ten, "total")]:
+        ok, msg = G.check_per_request_seconds(timer)
+        assert not ok and says in msg, (timer.__name__, msg)

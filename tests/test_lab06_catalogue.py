@@ -434,8 +434,6 @@ WRONG += [
 RIGHT += [
     ("training", "the short batch filled from the start of the data, weighed 0", functools.partial(_train_padded, pad="wrap")),
     ("training", "the step a float64 buffer", functools.partial(_train_padded, model_cls=RegressorFloatStep)),
-    ("serving", "one cache for every request, rounded up to a power of two",
-     functools.partial(_serve_cached, shared=True, size=lambda m: 1 << (m - 1).bit_length())),
     ("production", "fail_on_recompile, then force_eager", production_fail_then_force_eager),
 ]
 
@@ -454,3 +452,81 @@ def leaks(exercise, answer, msg):
 
 test_wrong_answer_is_rejected, test_correct_alternative_is_accepted, test_catalogue_is_big_enough = \
     catalogue_tests(WRONG, RIGHT, judge, leaks)
+
+
+# --- round 3 (issue 29): the stated domains reached, and a setting changed inside the call ---------------
+
+def _train_padded_to(X, Y, batch_size, epochs, seed, compile_fn, *, rows=None):
+    """The fixed loop with every batch padded to ``rows`` (the batch size asked for when None), with F.pad."""
+    rows = rows or batch_size
+    torch.manual_seed(seed)
+    model = RegressorFixed(X.shape[1])
+    compiled = compile_fn(loss_masked)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses, k = [], 0
+    total = epochs * math.ceil(len(X) / batch_size)
+    for _ in range(epochs):
+        for start in range(0, len(X), batch_size):
+            x, y = X[start:start + batch_size], Y[start:start + batch_size]
+            n = x.shape[0]
+            x, y = F.pad(x, (0, 0, 0, rows - n)), F.pad(y, (0, 0, 0, rows - n))
+            mask = (torch.arange(rows) < n).to(x.dtype)
+            loss = compiled(model, x, y, mask, torch.tensor(0.1 * (1 - k / total)))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            model.step += 1
+            k += 1
+            losses.append(loss.item())
+    return model, losses
+
+
+def serve_patched_inside(requests, w_out, max_len, compile_fn):
+    # the original loop with the recompile limit raised for the call only, put back before the check compares
+    with torch._dynamo.config.patch(recompile_limit=4096, automatic_dynamic_shapes=False):
+        return serve_original(requests, w_out, max_len, compile_fn)
+
+
+def production_patched_inside(compiled, x):
+    # the recompile limit set to the graphs warmed, for the call only: new shapes fall back, a global setting
+    with torch._dynamo.config.patch(recompile_limit=1, accumulated_recompile_limit=1):
+        return compiled(x)
+
+
+def serve_no_empty(requests, w_out, max_len, compile_fn):
+    # the cache's shape read from the first request: a list with no requests raises
+    heads, dim = requests[0]["q"].shape[1], requests[0]["q"].shape[3]
+    return make_serve()(requests, w_out, max_len, compile_fn) if heads and dim else []
+
+
+def serve_cache_from_requests(requests, w_out, max_len, compile_fn):
+    """Correct, written differently: one cache size for the whole run, the longest request's length."""
+    return make_serve(cache=max((r["q"].shape[0] for r in requests), default=1024))(requests, w_out, max_len,
+                                                                                    compile_fn)
+
+
+def serve_empty_ok(requests, w_out, max_len, compile_fn):
+    """Correct, written differently: the rounded-up shared cache, sized once from max_len, no request needed."""
+    if not requests:
+        return []
+    return _serve_cached(requests, w_out, max_len, compile_fn, shared=True, size=lambda m: 1 << (m - 1).bit_length())
+
+
+WRONG_3 = [
+    # every batch padded to the lab's own 32 rows: a larger batch is cropped by F.pad (a negative pad)
+    ("training", "every batch padded to the lab's batch of 32", functools.partial(_train_padded_to, rows=32)),
+    ("serving", "a KV cache of 1024 positions, 'far more than any request'", make_serve(cache=1024)),
+    ("serving", "the cache's shape read from the first request (no requests: it raises)", serve_no_empty),
+    ("serving", "the original under a config patch, put back before the check looks", serve_patched_inside),
+    ("serving", "the rounded-up shared cache of round 2, which reads the first request (was in RIGHT)",
+     functools.partial(_serve_cached, shared=True, size=lambda m: 1 << (m - 1).bit_length())),
+    ("production", "the recompile limit patched for the call only", production_patched_inside),
+]
+
+RIGHT_3 = [
+    ("serving", "the shared rounded-up cache, an empty list answered first", serve_empty_ok),
+    ("serving", "a cache sized by the longest request, written as max(..., default=...)", serve_cache_from_requests),
+    ("training", "padding to the batch size asked for, with F.pad", _train_padded_to),
+]
+
+test_wrong_answer_is_rejected_3, test_correct_alternative_is_accepted_3, _ = catalogue_tests(WRONG_3, RIGHT_3, judge, leaks)

@@ -274,7 +274,7 @@ def test_check_fixed_shape_rejects_wrong_answers():
     _assert_rejected(L.check_fixed_shape(lambda x, s, t: x[s > t] / x[s > t].norm(dim=1, keepdim=True)), "shape")
     # multiplying by the mask: NaN from an all-zero row that is not kept
     _assert_rejected(L.check_fixed_shape(lambda x, s, t: x / x.norm(dim=1, keepdim=True) * (s > t)[:, None]),
-                     "NaN", "torch.where")
+                     "NaN", "pick, row by row")
     # ignored mask: every row normalised
     _assert_rejected(L.check_fixed_shape(lambda x, s, t: x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)),
                      "must be zero")

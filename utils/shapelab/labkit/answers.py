@@ -133,12 +133,26 @@ def inspect_answer(fn: Any, *, compile_allowed: bool = True, allow: tuple = ()) 
         if id(obj) in data:
             note(f"{where} is the grader's own data ({data[id(obj)]}): the check's cases are hidden on purpose")
             return
+        if isinstance(obj, dict):
+            obj = list(obj.values())
         if isinstance(obj, (list, tuple, set, frozenset)):
             for item in list(obj)[:50]:
-                if callable(item) or isinstance(item, types.ModuleType):
+                if callable(item) or isinstance(item, (types.ModuleType, dict, list, tuple, set, frozenset)):
                     value(item, where)
             return
         follow(obj, where)
+
+    def attributes(obj: Any, where: str) -> None:
+        """An object of the learner's holds what it uses as attributes (``self.truth = grader``): judge them all,
+        from its own ``__dict__``, its slots, and its class (methods, properties and plain class attributes)."""
+        for k, member in list(getattr(obj, "__dict__", {}).items()):
+            value(member, f"{where}.{k}")
+        for klass in type(obj).__mro__:
+            for slot in ([klass.__dict__["__slots__"]] if isinstance(klass.__dict__.get("__slots__"), str)
+                         else klass.__dict__.get("__slots__", ())):
+                if hasattr(obj, slot):
+                    value(getattr(obj, slot), f"{where}.{slot}")
+        value(type(obj), f"{where} (its class)")
 
     def follow(obj: Any, where: str) -> None:
         if id(obj) in seen:
@@ -166,13 +180,17 @@ def inspect_answer(fn: Any, *, compile_allowed: bool = True, allow: tuple = ()) 
         if isinstance(obj, type):
             if obj.__module__ in ("__main__", getattr(fn, "__module__", None)):
                 for k, member in vars(obj).items():
-                    if isinstance(member, (types.FunctionType, staticmethod, classmethod)):
-                        value(getattr(member, "__func__", member), f"{where}.{k}")
+                    if isinstance(member, (staticmethod, classmethod)):
+                        member = member.__func__
+                    elif isinstance(member, property):
+                        member = [member.fget, member.fset]
+                    elif k.startswith("__") and k.endswith("__") and not callable(member):
+                        continue  # __module__, __doc__, __dict__: what every class has
+                    value(member, f"{where}.{k}")
             return
         if not isinstance(obj, types.FunctionType):
-            call = getattr(type(obj), "__call__", None)
-            if isinstance(call, types.FunctionType) and type(obj).__module__ in home:
-                value(call, f"{where}.__call__")
+            if type(obj).__module__ in home:  # an object of a class the learner wrote: its __call__ and attributes
+                attributes(obj, where)
             return
         name = obj.__qualname__
         for i, d in enumerate(obj.__defaults__ or ()):
@@ -293,17 +311,59 @@ def _put_back(before: dict) -> None:
                 setattr(importlib.import_module(mod_name), attr, before[key])
 
 
+_TORCH_ROOT = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+def _set_by_torch(frame) -> bool:
+    """Whether the code that set a config value is torch's own (``torch.compile(dynamic=...)`` patches settings
+    while it compiles): the first caller outside the config machinery and ``contextlib`` decides."""
+    while frame is not None and (frame.f_code.co_filename.endswith(("_config_module.py", "contextlib.py"))):
+        frame = frame.f_back
+    return frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_TORCH_ROOT)
+
+
+@contextlib.contextmanager
+def _config_writes() -> Iterator[list[str]]:
+    """Readable lines for every compiler config value the code inside sets to another value, even one it puts
+    back before the block ends (a ``config.patch`` around a call): torch's own writes are not counted."""
+    from torch.utils._config_module import ConfigModule
+
+    lines: list[str] = []
+    saved = ConfigModule.__setattr__
+
+    def setattr_(self, name, val):
+        key = f"{getattr(self, '__name__', '?')}.{name}"
+        if name in getattr(self, "_config", {}) and not any(line.startswith(key + ":") for line in lines):
+            try:
+                old = getattr(self, name)
+                same = bool(old == val)
+            except Exception:  # values that cannot be compared count as unchanged
+                same = True
+            if not same and not _set_by_torch(sys._getframe(1)):
+                lines.append(f"{key}: {old!r} -> {val!r} (inside the call)")
+        saved(self, name, val)
+
+    ConfigModule.__setattr__ = setattr_
+    try:
+        yield lines
+    finally:
+        ConfigModule.__setattr__ = saved
+
+
 @contextlib.contextmanager
 def watch_settings() -> Iterator[list[str]]:
-    """Yield a list that, on exit, holds a readable line for every global setting changed inside;
-    every such setting is put back."""
+    """Yield a list that, on exit, holds a readable line for every global setting changed inside, including a
+    compiler config set and put back before the block ends (a ``config.patch`` inside the answer's call);
+    every setting still changed is put back."""
     before = settings_now()
     changes: list[str] = []
     try:
-        yield changes
+        with _config_writes() as written:
+            yield changes
     finally:
-        changes.extend(settings_changes(before, settings_now()))
-        if changes:
+        after = settings_changes(before, settings_now())
+        changes.extend(after + [w for w in written if not any(a.split(":")[0] == w.split(":")[0] for a in after)])
+        if after:
             _put_back(before)
 
 
@@ -363,25 +423,53 @@ _COURSE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # th
 
 class course_calls:
     """While the learner's code runs (eagerly), the course library's functions it calls, however it reached them
-    (``globals()['S']``, ``vars(...)``, a frame's globals: ways the reading in ``inspect_answer`` cannot follow):
-    ``with course_calls(allow=(obj,)) as called: answer(...)``, then ``called`` lists them. ``allow``: objects the
-    check hands over whose methods the answer may call (a workload). Uses ``sys.setprofile`` (Python calls only;
-    the answer's own code is not slowed). Under ``torch.compile`` the answer is traced, not run: call it eagerly."""
+    (``globals()['S']``, ``vars(...)``, a frame's globals, an attribute of an object: ways the reading in
+    ``inspect_answer`` may not follow): ``with course_calls(allow=(obj,)) as called: answer(...)``, then ``called``
+    lists them (a course function called by the course, the check's own code, is not the answer's). ``allow``: what the check hands over (a workload, a record, a function to compile): functions,
+    classes, or objects whose class's methods the answer may call, with whatever those call in turn. This module's
+    own code (a check's recording backend) is never the answer's. Uses ``sys.setprofile`` (Python calls only; the
+    answer's own code is not slowed). Under ``torch.compile`` the answer is traced, not run: call it eagerly."""
 
     def __init__(self, allow: tuple = ()):
-        self.allowed = {type(self).__exit__.__code__}
+        self.allowed = set()
         for obj in allow:
-            for member in vars(type(obj)).values():
-                if hasattr(member, "__code__"):
-                    self.allowed.update(_codes(member.__code__))
+            obj = getattr(obj, "__func__", obj)
+            if isinstance(obj, types.FunctionType):
+                members = [obj]
+            else:
+                klass = obj if isinstance(obj, type) else type(obj)
+                members = [getattr(m, "__func__", m) for c in klass.__mro__ for m in vars(c).values()]
+                members += [m.fget for m in members if isinstance(m, property)]
+            for member in members:
+                if hasattr(member, "__code__"):  # by place, not identity: Dynamo runs a function as code of its own
+                    self.allowed.update((c.co_filename, c.co_firstlineno, c.co_name) for c in _codes(member.__code__))
         self.called: list[str] = []
+        self._inside: list = []  # the frames of allowed code now running: what they call is theirs
 
     def _profile(self, frame, event, arg):
-        if event == "call" and not self.called:
-            code = frame.f_code
-            if code.co_filename.startswith(_COURSE_ROOT) and code not in self.allowed:
-                module = frame.f_globals.get("__name__", "shapelab")
-                self.called.append(f"{module}.{getattr(code, 'co_qualname', code.co_name)}")
+        if event == "return":
+            if self._inside and frame is self._inside[-1]:
+                self._inside.pop()
+            return
+        if self.called or self._inside:
+            return
+        if event == "c_call":  # a course function behind C code: a cached one (lru_cache) runs no Python on a hit
+            if _is_course(arg) and not frame.f_code.co_filename.startswith(_COURSE_ROOT):
+                self.called.append(_describe(arg))
+            return
+        if event != "call":
+            return
+        code = frame.f_code
+        if self._inside or not code.co_filename.startswith(_COURSE_ROOT):
+            return
+        caller = frame.f_back
+        if caller is not None and caller.f_code.co_filename.startswith(_COURSE_ROOT):
+            return  # the check's own code calling the library, not the answer's
+        if (code.co_filename, code.co_firstlineno, code.co_name) in self.allowed or code.co_filename == __file__:
+            self._inside.append(frame)
+            return
+        module = frame.f_globals.get("__name__", "shapelab")
+        self.called.append(f"{module}.{getattr(code, 'co_qualname', code.co_name)}")
 
     def __enter__(self) -> list[str]:
         self._saved = sys.getprofile()
@@ -426,22 +514,29 @@ def _frames_compiled() -> int:
 
 
 @contextlib.contextmanager
-def answering(fn: Callable, *, refuse_compile: bool = True, allow: tuple = (), what: str | None = None) -> Iterator[None]:
+def answering(fn: Callable, *, refuse_compile: bool = True, allow: tuple = (), handed: tuple = (),
+              what: str | None = None) -> Iterator[None]:
     """The learner's ``fn`` may run (any number of times) inside this block: it is inspected first,
-    compiling is refused if asked, and global settings are watched; ``AnswerRefused`` (the message
-    says why) for a shortcut, a compile where none is allowed, or a changed setting, which is put back.
+    compiling is refused if asked, global settings are watched (also one set and put back inside the
+    call), and so are calls into the course library (``course_calls``); ``AnswerRefused`` (the message
+    says why) for a shortcut, a compile where none is allowed, a course call, or a changed setting, which
+    is put back. ``allow``: course objects the exercise hands to the learner (not shortcuts, may be called);
+    ``handed``: course objects the check passes to the answer as arguments (a record, a function to compile).
     Run the check's own compiles outside the block: inside, they count as the answer's."""
     what = what or getattr(fn, "__name__", "your function")
     if not callable(fn):
         raise AnswerRefused(f"{what} is not a function yet")
     refuse_if(inspect_answer(fn, compile_allowed=not refuse_compile, allow=allow))
     frames = _frames_compiled()
-    with watch_settings() as changed:
+    with watch_settings() as changed, course_calls(allow=allow + handed) as called:
         if refuse_compile:
             with no_compiling(what):
                 yield
         else:
             yield
+    if called:
+        raise AnswerRefused(f"{what} calls the course library while it runs ({called[0]}): answer with PyTorch, "
+                            "not with shapelab")
     if changed:
         raise AnswerRefused(f"{what} changed a global setting ({'; '.join(changed)}): that changes every model in "
                             "the process; put the fix on the tensor or in the torch.compile call")
@@ -449,10 +544,10 @@ def answering(fn: Callable, *, refuse_compile: bool = True, allow: tuple = (), w
         raise AnswerRefused(f"{what} compiled a function: answer from what you know, do not measure")
 
 
-def call_answer(fn: Callable, *args, refuse_compile: bool = True, allow: tuple = (), what: str | None = None,
-                **kwargs) -> Any:
+def call_answer(fn: Callable, *args, refuse_compile: bool = True, allow: tuple = (), handed: tuple = (),
+                what: str | None = None, **kwargs) -> Any:
     """``fn(*args, **kwargs)`` inside ``answering``: one call of the learner's function, judged."""
-    with answering(fn, refuse_compile=refuse_compile, allow=allow, what=what):
+    with answering(fn, refuse_compile=refuse_compile, allow=allow, handed=handed, what=what):
         return fn(*args, **kwargs)
 
 

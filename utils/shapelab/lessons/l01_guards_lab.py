@@ -256,7 +256,7 @@ def check_guard_fix(failed_guard, serve_project, served) -> tuple[bool, str]:
         requests = project_requests(batches, width)
         try:
             with isolated(), _quiet_guard_log(), counting_compiles() as log:
-                with answering(serve_project, refuse_compile=False):
+                with answering(serve_project, refuse_compile=False, handed=(project,)):
                     serve_project(project, requests)
         except AnswerRefused as e:
             return False, str(e)

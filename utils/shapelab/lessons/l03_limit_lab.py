@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import functools
 import random
-import statistics
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -18,12 +17,12 @@ import torch
 from ..instruments import compat
 from ..instruments.inputs import make_tensor, validate_count
 from ..instruments.isolation import isolated, snapshot
-from ..instruments.observe import ExperimentError, Observer, Record
+from ..instruments.observe import CallRecord, CompileEvent, ExperimentError, Observer, Record
 from ..instruments.serving import replay
-from ..instruments.timing import cpu_threads, fmt_seconds
+from ..instruments.timing import Timing, cpu_threads
 from ..instruments.traffic import request_lengths
-from ..labkit.answers import (AnswerRefused, _frames_compiled, answering, call_answer, flipped_feedback, inspect_answer,
-                              no_compiling, refuse_if, watch_settings)
+from ..labkit.answers import (AnswerRefused, _frames_compiled, answering, call_answer, course_calls, flipped_feedback,
+                              inspect_answer, no_compiling, refuse_if, watch_settings)
 from ..labkit.checks import unanswered
 from ..instruments.logs import quiet_dynamo_stderr
 from .l03_limit import FIXES, fix_policy, make_model
@@ -183,7 +182,7 @@ def check_diagnosis(diagnose, *, seed: int = 0, requests: int = 20) -> tuple[boo
         return False, flipped
     for kind, cause, rec in _hidden_records(seed, requests):
         try:
-            answer = call_answer(diagnose, copy.deepcopy(rec))
+            answer = call_answer(diagnose, copy.deepcopy(rec), handed=(Record, CompileEvent, CallRecord))
         except AnswerRefused as e:
             return False, str(e)
         except Exception as e:  # noqa: BLE001  (the learner's code; the error is feedback)
@@ -289,8 +288,8 @@ def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int
               slowdown: float = 2.0) -> tuple[bool, str]:
     """Exercise check: serve a fresh traffic sample, and requests over the whole domain, edges first, through
     ``adapter`` and demand no global setting changed, no fall-back, every request on a compiled graph,
-    at most ``max_compiles`` graphs, the right answers, and a median latency no worse than
-    ``slowdown`` times the unfixed service's."""
+    at most ``max_compiles`` graphs, the right answers, and requests not slower than ``slowdown`` times the
+    unfixed service's beyond the spread of both (the fixed one's lower quartile against the unfixed one's upper)."""
     if unanswered(adapter):
         return False, "write adapter(request) -> (x, temperature) first"
     if not callable(adapter):
@@ -307,11 +306,15 @@ def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int
 
     def judged(request):  # each call watched: the replay's own isolation would hide a changed setting
         frames = _frames_compiled()
-        with watch_settings() as changed, no_compiling("your adapter"):
+        with watch_settings() as changed, no_compiling("your adapter"), course_calls(allow=(service,)) as called:
             args = adapter(request)
+        if called:
+            raise AnswerRefused(f"your adapter calls the course library while it runs ({called[0]}): answer with "
+                                "PyTorch and the service's own helpers")
         if changed:
             raise AnswerRefused(f"your adapter changed a global setting ({'; '.join(changed)}): that changes every "
-                                "model in the process; put the fix on the tensor or in the torch.compile call")
+                                "model in the process and hides the cause instead of removing it; put the fix on the "
+                                "tensor or in the torch.compile call")
         if _frames_compiled() != frames:
             raise AnswerRefused("your adapter compiled a function: answer from what you know, do not measure")
         return args
@@ -319,7 +322,7 @@ def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int
     try:
         fixed = service.replay(traffic, judged, keep_outputs=True)
     except AnswerRefused as e:
-        return False, f"{e}; it hides the cause instead of removing it"
+        return False, str(e)
     except Exception as e:  # noqa: BLE001  (the learner's adapter or the model; either is feedback)
         err = e.original if isinstance(e, ExperimentError) else e
         first = (str(err).strip().splitlines() or [""])[0][:150]
@@ -344,12 +347,12 @@ def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int
     if fixed.count > max_compiles:
         return False, f"no fall-back, but {fixed.count} graphs compiled; the goal is at most {max_compiles}"
     before = _unfixed_replay(service, tuple(sample))
-    ours, theirs = _steady_median(fixed, len(sample)), _steady_median(before)
-    if ours > slowdown * theirs + 2e-3:
-        return False, (f"no fall-back and {fixed.count} compile(s), but requests got slower: {fmt_seconds(ours)} "
-                       f"against {fmt_seconds(theirs)} before (pad less?)")
+    ours, theirs = _steady(fixed, len(sample)), _steady(before)
+    if ours.q1 > slowdown * theirs.q3:  # slower beyond both spreads: a verdict outside the noise only
+        return False, (f"no fall-back and {fixed.count} compile(s), but requests got slower: typically {ours} "
+                       f"against {theirs} before, more than {slowdown:g}x beyond both spreads (pad less?)")
     return True, (f"{fixed.count} compile(s), no fall-back on {requests} fresh requests (before: {before.count} "
-                  f"compiles, {len(before.fell_back)} fell back); typical request {fmt_seconds(ours)} vs {fmt_seconds(theirs)}")
+                  f"compiles, {len(before.fell_back)} fell back); typical request {ours} vs {theirs}")
 
 
 @functools.lru_cache(maxsize=8)  # the service as deployed, on one sample: the same for every adapter tried
@@ -377,10 +380,10 @@ def _domain(traffic: Sequence[Request], service: MysteryService) -> list[Request
     return out
 
 
-def _steady_median(record: Record, calls: int | None = None) -> float:
-    """Median seconds of the (first ``calls``) calls that compiled nothing (0 when every call compiled)."""
-    steady = [c.seconds for c in record.calls[:calls] if not c.new_compiles]
-    return statistics.median(steady) if steady else 0.0
+def _steady(record: Record, calls: int | None = None) -> Timing:
+    """The seconds of the (first ``calls``) calls that compiled nothing, as a ``Timing`` (median and spread; one
+    sample of 0 when every call compiled)."""
+    return Timing(tuple(c.seconds for c in record.calls[:calls] if not c.new_compiles) or (0.0,))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -452,6 +455,11 @@ def _chain(e: BaseException) -> list[BaseException]:
     return chain
 
 
+def _course_called(called: list[str]) -> str | None:
+    return (f"your run_strictly calls the course library while it runs ({called[0]}): answer with PyTorch"
+            if called else None)
+
+
 def check_strict_runner(run_strictly, *, seed: int = 0) -> tuple[bool, str]:
     """Exercise check: ``run_strictly(fn, inputs)`` on fresh functions under a hidden limit must
     compile one graph per shape while under the limit and not raise; past it, raise torch's
@@ -476,10 +484,13 @@ def check_strict_runner(run_strictly, *, seed: int = 0) -> tuple[bool, str]:
         few, _ = _strict_inputs(rng, limit, width)
         graphs = _graphs()
         try:
-            run_strictly(_fresh_function(rng), _Inputs(few))
+            with course_calls(allow=(_Inputs,)) as called:
+                run_strictly(_fresh_function(rng), _Inputs(few))
         except Exception as e:  # noqa: BLE001  (any exception is the learner's to see)
-            return False, (f"raised {type(e).__name__} on shapes that stay within the limit: only a call past the "
+            return False, _course_called(called) or (f"raised {type(e).__name__} on shapes that stay within the limit: only a call past the "
                            "limit should fail (a recompile below it is fine)")
+        if called:
+            return False, _course_called(called)
         compiled = _graphs() - graphs
         if compiled == 0:
             return False, "nothing was compiled: run_strictly must run fn through torch.compile"
@@ -492,8 +503,11 @@ def check_strict_runner(run_strictly, *, seed: int = 0) -> tuple[bool, str]:
         graphs = _graphs()
         fn = _fresh_function(rng)
         try:
-            run_strictly(fn, inputs)
+            with course_calls(allow=(_Inputs,)) as called:
+                run_strictly(fn, inputs)
         except Exception as e:  # noqa: BLE001
+            if called:
+                return False, _course_called(called)
             ours = [c for c in _chain(e) if isinstance(c, exc_type)]
             if not ours:
                 return False, (f"it raised {type(e).__name__}, which is not torch's recompile-limit error "
@@ -509,6 +523,8 @@ def check_strict_runner(run_strictly, *, seed: int = 0) -> tuple[bool, str]:
                 return False, ("it raised at another call than the first one that needed a graph past the limit "
                                "(calls that repeat a compiled shape and dtype are fine)")
         else:
+            if called:
+                return False, _course_called(called)
             return False, ("inputs with more new shapes and dtypes than the limit went through without an error: "
                            "the limit was hit silently")
         leaked = [d for d in before.differences(snapshot())

@@ -207,7 +207,8 @@ def check_fixed_shape(candidate: Callable) -> tuple[bool, str]:
         if not bool(torch.isfinite(out).all()):
             where = "rows that are not kept" if bool(torch.isfinite(out[keep]).all()) else "kept rows"
             return False, (f"case '{label}': NaN or inf in {where}. A row that is not kept may have norm 0; "
-                           "multiplying by a mask keeps the NaN (0 * nan is nan): choose with torch.where")
+                           "multiplying by a mask keeps the NaN (0 * nan is nan): pick, row by row, between the normalised "
+                           "row and zero, so that the NaN is never used")
         if bool((rest != 0).any()):
             return False, (f"case '{label}': rows whose score does not pass must be zero, and some are not"
                            + (" (a score equal to the threshold does not pass: 'passes' means greater than)"
