@@ -35,11 +35,10 @@ def test_warmup_fills_the_cache_and_lists_the_cold_sections(tmp_path):
     record = warmup.read_record(cache / warmup.RECORD)
     assert record["00_tiny"]["files added"] == files and record["00_tiny"]["key"]["scale"] == "ci"
 
-    again = subprocess.run([sys.executable, "-m", "shapelab.tools.warmup", "--notebooks", str(nbs), "--cache-dir",
-                            str(cache), "--scale", "ci"], capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert "skipped 00_tiny: already warmed into this cache" in again.stdout, again.stdout
-    assert "ran 0 lesson(s), skipped 1" in again.stdout
+    said = []  # a second warm-up into the same cache runs nothing, and says why
+    again = warmup.warm([nbs / "00_tiny.ipynb"], scale="ci", cache_dir=cache, log=said.append)
+    assert again["lessons"] == [] and list(again["skipped"]) == ["00_tiny"]
+    assert said == [f"      skipped 00_tiny: already warmed into this cache ({files} file(s) added then)"]
     assert warmup.cache_stats(cache)[0] == files
 
 
