@@ -392,7 +392,7 @@ def test_manifest_refuses_what_it_cannot_key(tmp_path):
     ask = "md:> **Predict first.** How many?"
     good = manifest.build(course([ask, "predicted = ...", "%time x = 1\nS.reveal(predicted, 2)"], lab))
     assert good["lessons"][0]["prompts"] == [{"line": "S.reveal(predicted, 2)", "kind": "Predict first",
-                                             "question": "How many?", "name": "predicted"}]
+                                             "question": "How many?", "name": "predicted", "concept": "", "phase": "pre"}]
     assert good["labs"][0] == {"id": "01_x_lab", "label": "01_x", "title": "01 · x", "exercises": ["Exercise 1"]}
     for lesson, lab_cells, message in [
             ([ask, "S.reveal(p, 2)", "S.reveal(p, 2)"], lab, "two reveals on the same line"),
@@ -708,3 +708,37 @@ def test_the_page_an_instructor_teaches_from(tmp_path, fake_hub, browser):
     finally:
         context.close()
         room.close()
+
+
+def test_a_concepts_gain_before_and_after(tmp_path):
+    """Prompts tagged concept:sizes and their post question: right before and after over the learners who
+    answered both, g = (post - pre) / (1 - pre); who answered only one side is counted apart."""
+    import nbformat
+    from shapelab.room import manifest
+
+    def ask(label, text):
+        return nbformat.v4.new_markdown_cell(f"> **{label}.** {text}", metadata={"tags": ["concept:sizes"]})
+
+    cells = [nbformat.v4.new_markdown_cell("# 01 · x"), ask("Predict first", "How many?"),
+             nbformat.v4.new_code_cell("S.reveal(predicted_a, 2)"), ask("Predict first", "And now?"),
+             nbformat.v4.new_code_cell("S.reveal(predicted_b, 3)"), ask("Post question", "A new case?"),
+             nbformat.v4.new_code_cell("S.reveal(predicted_post, 4)")]
+    for folder, name, nb_cells in (("notebooks", "01_x.ipynb", cells),
+                                   ("solutions", "01_x_lab.ipynb", [nbformat.v4.new_code_cell('c = S.Checker("01_x")')])):
+        (tmp_path / folder).mkdir()
+        nbformat.write(nbformat.v4.new_notebook(cells=nb_cells), tmp_path / folder / name)
+    m = manifest.Manifest(manifest.build(tmp_path))
+    assert [(p.concept, p.phase) for p in m.lessons[0].prompts] == [("sizes", "pre"), ("sizes", "pre"), ("sizes", "post")]
+    s = store.Store(f"sqlite:///{tmp_path / 'room.sqlite'}")
+    answers = {"ann": (True, True, True), "ben": (False, True, True), "cat": (False, False, False),
+               "dan": (False, None, None), "eve": (None, None, True)}  # dan answers only before, eve only after
+    for user, rights in answers.items():
+        for index, right in enumerate(rights):
+            if right is not None:
+                measured = str(2 + index)
+                s.add("reveal", user, {"id": uuid.uuid4().hex, "lesson": "01_x", "prompt": m.lessons[0].prompts[index].line,
+                                       "predicted": measured if right else "9", "measured": measured, "agreed": right})
+    (concept,) = s.room(m, [], "")["concepts"]
+    assert concept["n"] == 3 and concept["pre"] == 3 / 6 and concept["post"] == 2 / 3
+    assert concept["g"] == pytest.approx((2 / 3 - 1 / 2) / (1 - 1 / 2)) and (concept["only_pre"], concept["only_post"]) == (1, 1)
+    s.engine.dispose()

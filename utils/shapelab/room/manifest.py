@@ -3,7 +3,10 @@ notebooks, so the room service accepts records for these and nothing else.
 
 A prompt is keyed by its lesson (the notebook's name) and the source line of its ``S.reveal(...)`` call,
 which is what a learner's kernel sends (``client``); its question is the ``> **Predict first.** ...``
-blockquote above it. A lab is keyed by its ``S.Checker("label")``; its exercises are the names its
+blockquote above it. A prompt belongs to a concept when that markdown cell carries the tag
+``concept:NAME`` (JupyterLab's cell tags: invisible to the learner); a ``> **Post question.** ...`` of the
+same concept re-tests it after the lesson, so the room can set each concept's right-after against its
+right-before (issue 30). A lab is keyed by its ``S.Checker("label")``; its exercises are the names its
 ``checker.run("...")`` / ``checker.check("...")`` calls give, in the notebook's order. Nothing measured is in
 here: what a run measures comes from the learners' kernels.
 
@@ -37,6 +40,8 @@ class Prompt:
     kind: str      # the blockquote's label: "Predict first"
     question: str  # the blockquote's text
     name: str      # what the learner fills in: the reveal's first argument ("predicted_graphs")
+    concept: str = ""  # the markdown cell's tag concept:NAME, "" when it has none
+    phase: str = "pre"  # "post" for a "Post question", asked after the lesson taught the concept
 
 
 @dataclass(frozen=True)
@@ -102,11 +107,11 @@ def _cells(path: Path):
             if source.lstrip().startswith("%%"):
                 continue  # a cell magic: not Python
             source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n"))
-        yield i, cell["cell_type"], source
+        yield i, cell["cell_type"], source, cell.get("metadata", {}).get("tags", [])
 
 
 def _title(path: Path) -> str:
-    for _, kind, source in _cells(path):
+    for _, kind, source, _tags in _cells(path):
         for line in source.splitlines():
             if kind == "markdown" and line.startswith("# "):
                 return line[2:].strip()
@@ -128,15 +133,16 @@ def _calls(tree: ast.Module, names: set[str]):
 
 
 def _lesson(path: Path) -> dict:
-    question = None  # (kind, text) of the latest blockquote prompt above
+    question = None  # (kind, text, concept) of the latest blockquote prompt above
     prompts, seen = [], {}
-    for i, kind, source in _cells(path):
+    for i, kind, source, tags in _cells(path):
         if kind == "markdown":
             quote = [line for line in source.splitlines() if line.startswith(">")]
             match = PROMPT.match(quote[0]) if quote else None
             if match:
                 rest = " ".join(q.lstrip(">").strip() for q in quote[1:])
-                question = (match.group(1).strip(), " ".join(f"{match.group(2)} {rest}".split()))
+                concept = next((t.split(":", 1)[1].strip() for t in tags if t.startswith("concept:")), "")
+                question = (match.group(1).strip(), " ".join(f"{match.group(2)} {rest}".split()), concept)
             continue
         if kind != "code":
             continue
@@ -151,13 +157,14 @@ def _lesson(path: Path) -> dict:
                                     "the room tells prompts apart by their line, so make them differ")
             seen[line] = i
             name = ast.get_source_segment(source, call.args[0]) if call.args else ""
-            prompts.append({"line": line, "kind": question[0], "question": question[1], "name": name or ""})
+            prompts.append({"line": line, "kind": question[0], "question": question[1], "name": name or "",
+                            "concept": question[2], "phase": "post" if question[0].lower().startswith("post") else "pre"})
     return {"id": path.stem, "title": _title(path), "prompts": prompts}
 
 
 def _lab(path: Path) -> dict:
     label, checker, exercises = None, None, []
-    for i, kind, source in _cells(path):
+    for i, kind, source, _tags in _cells(path):
         if kind != "code":
             continue
         tree = _parse(path, i, source)

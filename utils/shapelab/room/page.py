@@ -40,7 +40,7 @@ PAGE = """<!doctype html>
   #positions th:nth-child(1) { width: 6.5em; } #positions th:nth-child(2) { width: 10.5em; }
   #positions th:nth-child(4) { width: 5em; }
   #positions td { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
-  .labs table { min-width: 40em; margin-bottom: .4em; }
+  .labs table { min-width: 40em; margin-bottom: .4em; } #concepts tr.low td { background: #fce8e6; }
 </style>
 </head>
 <body>
@@ -55,6 +55,10 @@ PAGE = """<!doctype html>
       <tbody></tbody></table>
     <div id="removals" class="muted"></div></section>
 </div>
+<section id="concepts" hidden><h2>Concepts <span class="muted">(right before: the prompts; right after: the post
+  questions; over the learners who answered both; g = (after - before) / (1 - before), below 0.3 flagged)</span></h2>
+  <table><thead><tr><th>lesson</th><th>concept</th><th>right before</th><th>right after</th><th>g</th><th>n</th>
+    <th></th></tr></thead><tbody></tbody></table></section>
 <h2>Labs <span class="muted">(every exercise, in the lab's order)</span></h2>
 <div id="labs" class="labs"></div>
 <script>
@@ -171,6 +175,17 @@ function render(data) {
     `${r.removed_by} removed ${r.user}'s ${r.reveals} predictions and ${r.checks} checks at ${new Date(r.at * 1000).toLocaleTimeString()}`)
     .concat(room.not_in_course ? [`${room.not_in_course} records name prompts or exercises no longer in the course (in the CSV)`] : [])
     .join("; ");
+  const concepts = document.getElementById("concepts"), rows = concepts.querySelector("tbody");
+  concepts.hidden = !room.concepts.length; rows.replaceChildren();
+  const pct = x => x === null ? "–" : Math.round(100 * x) + "%";
+  for (const c of room.concepts) {
+    const tr = el("tr", c.g !== null && c.g < 0.3 ? "low" : ""); tr.dataset.concept = c.concept;
+    tr.append(el("td", "", c.lesson.slice(0, 2)), el("td", "", c.concept), el("td", "n", pct(c.pre)),
+              el("td", "n", pct(c.post)), el("td", "n", c.g === null ? "–" : c.g.toFixed(2)), el("td", "n", String(c.n)),
+              el("td", "muted", (c.g !== null && c.g < 0.3 ? "below 0.3 · " : "") +
+                 (c.only_pre + c.only_post ? `${c.only_pre} answered before only, ${c.only_post} after only` : "")));
+    rows.append(tr);
+  }
   const labs = document.getElementById("labs"); labs.replaceChildren();
   const checked = lab => lab.exercises.some(e => e.passed + e.tried > 0);
   const anyChecked = room.labs.some(checked);

@@ -191,6 +191,7 @@ class Store:
         n = len(everyone)
 
         lessons = []
+        scores: dict[tuple, dict] = {}  # (lesson, concept) -> phase -> user -> [right, answered]
         for lesson in manifest.lessons:
             prompts = []
             for i, p in enumerate(lesson.prompts):
@@ -206,6 +207,12 @@ class Store:
                     "measured": [[v, k] for v, k in measured], "majority": majority,
                     # a kernel's "as predicted" counts only where it measured what the room did
                     "agreed": sum(r["agreed"] and r["measured"] == majority for r in answered)})
+                if p.concept:
+                    phase = scores.setdefault((lesson.id, p.concept), {"pre": {}, "post": {}})[p.phase]
+                    for r in answered:
+                        score = phase.setdefault(r["user"], [0, 0])
+                        score[0] += bool(r["agreed"] and r["measured"] == majority)
+                        score[1] += 1
             lessons.append({"id": lesson.id, "title": lesson.title, "prompts": prompts,
                             "reached": any((lesson.id, p.line) in latest for p in lesson.prompts)})
 
@@ -223,6 +230,7 @@ class Store:
         with self.engine.connect() as conn:
             removed = [dict(r._mapping) for r in conn.execute(sa.select(removals).order_by(removals.c.at))]
         return {"learners": {"n": n, "names": everyone, "basis": basis}, "lessons": lessons, "follow": follow,
+                "concepts": [_gain(lesson, concept, phases) for (lesson, concept), phases in scores.items()],
                 "positions": [{"user": u, "reveal": where.get(u), "check": last_check.get(u)} for u in everyone],
                 "labs": labs, "removals": removed, "not_in_course": unknown}
 
@@ -239,6 +247,18 @@ class Store:
             w.writerow(map(_cell, ["check", r["user"], _iso(r["at"]), r["lab"], r["exercise"], "", "", "", "",
                                    r["passed"], r["attempt"]]))
         return out.getvalue()
+
+
+def _gain(lesson: str, concept: str, phases: dict) -> dict:
+    """A concept's share of right answers before (its prompts) and after (its post questions), over the learners
+    who answered both, and the normalised gain g = (post - pre) / (1 - pre) (Hake 1998); None where undefined."""
+    both = sorted(set(phases["pre"]) & set(phases["post"]))
+    share = {phase: (sum(phases[phase][u][0] for u in both) / sum(phases[phase][u][1] for u in both)) if both else None
+             for phase in ("pre", "post")}
+    pre, post = share["pre"], share["post"]
+    g = (post - pre) / (1 - pre) if both and pre < 1 else None
+    return {"lesson": lesson, "concept": concept, "pre": pre, "post": post, "g": g, "n": len(both),
+            "only_pre": len(set(phases["pre"]) - set(both)), "only_post": len(set(phases["post"]) - set(both))}
 
 
 def _cell(value) -> str:
