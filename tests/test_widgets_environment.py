@@ -96,6 +96,9 @@ def test_text_typed_into_a_number_control_gets_a_note_and_changes_nothing():
         assert bench.click() and bench.status.value == DONE
     bench.set(feature=" 5 ")
     assert bench.controls["feature"].value == 5 and "Adjusted" not in bench.status.value
+    bench.set(feature="abc")
+    bench.set(feature=6)  # a number typed after the refused text: that note no longer holds
+    assert "not a whole number" not in bench.status.value and bench.click() and bench.status.value == DONE
 
 
 def test_panes_are_marked_stale_when_inputs_change_without_run():

@@ -426,6 +426,7 @@ class IntControl(W.HBox):
             self.box.value = str(self.value)
             self.said += 1
             return
+        self.refused = []  # a number typed after a refused text: the earlier note no longer holds
         self.value = number
         self.box.value = str(self.value)  # the clamped value, when it was clamped
 
