@@ -7,6 +7,7 @@ one lesson-helper call per cell, no cell prints library source. Each lesson's ow
 particular to it (its take-home output, its given-away phrases).
 """
 import io
+import math
 import os
 import re
 import tokenize
@@ -260,3 +261,67 @@ def test_l06_inductors_on_disk_graph_cache_is_on_by_default():
         pytest.skip("the environment sets TORCHINDUCTOR_FX_GRAPH_CACHE")
     import torch._inductor.config
     assert torch._inductor.config.fx_graph_cache is True
+
+
+# --- How long a lesson takes (shapelab.labkit.readtime): stated in the title, measured, within 35 minutes. ---
+from shapelab.labkit import readtime  # noqa: E402
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=_id)
+def test_the_title_states_the_measured_time_and_the_main_path_fits(path):
+    cells = _cells(path)
+    measured = readtime.measure(path)
+    stated = readtime.stated_minutes(cells[0].source)
+    assert stated is not None, f"{path.stem}: the title cell must state '**Time:** N minutes, measured: ...'"
+    assert abs(stated - measured.minutes) <= 2, (
+        f"{path.stem}: the title says {stated} minutes, the page measures {measured.minutes} "
+        f"({measured.summary()}); write the measurement into the title")
+    assert measured.minutes <= readtime.MAIN_PATH_MINUTES, (
+        f"{path.stem}: the main path takes {measured.minutes} minutes; move what does not fit to 'Going further'")
+    heads = [i for i, c in enumerate(cells) if c.cell_type == "markdown" for line in c.source.splitlines()
+             if re.match(r"#{1,3}\s+(self-check|going further)", line, re.I)]
+    kinds = [next(l for l in cells[i].source.splitlines() if l.startswith("#")).lower() for i in heads]
+    if any("going further" in k for k in kinds):
+        assert "self-check" in kinds[0] and all("going further" in k for k in kinds[1:2]), (
+            f"{path.stem}: 'Going further' must come after the self-check")
+
+
+def test_readtime_counts_prose_code_prompts_and_bench_and_splits_off_going_further():
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    cells = [md("# T\n\n" + "word " * 400), code("a = 1\n\nb = 2\n" + "c = 3\n" * 28),
+             md("> **Predict first.** How many?"), md("## 3. Lab bench\n\nTry it."), code("bench"),
+             md("## Self-check\n\n<details><summary>Why?</summary>Because.</details>"),
+             md("## Going further\n\n" + "more " * 200), md("> **Predict first.** And?"), code("x = 1\n" * 30)]
+    t = readtime.lesson_time(cells, run_seconds=30)
+    assert (t.prompts, t.bench, t.code_lines, t.further_prompts, t.further_code_lines) == (1, True, 31, 1, 30)
+    assert 400 < t.words < 420 and 200 <= t.further_words <= 205
+    # 2 min of prose + 31/30 min of code + 1 prompt + 3 for the bench + 0.5 min run, rounded up
+    assert t.minutes == math.ceil(t.words / 200 + 31 / 30 + 1 + 3 + 0.5) == 8
+    assert t.further_minutes == math.ceil(t.further_words / 200 + 1 + 1)
+    cells[0].source = f"# T\n\n**Time:** {t.summary()}. More."
+    assert readtime.stated_minutes(cells[0].source) == t.minutes
+    assert readtime.stated_minutes("**Time:** about 30 minutes.") == 30 and readtime.stated_minutes("# T") is None
+
+
+def test_folded_logs_keeps_every_line_and_gives_torch_its_stream_back(capsys, monkeypatch):
+    import logging
+
+    from shapelab.labkit import folded
+    with S.isolated(), folded.folded_logs(2) as buffer:
+        torch._logging.set_logs(recompiles=True)     # torch makes new handlers inside the block
+        for n in range(5):
+            print(f"line {n}")
+        torch._logging.set_logs()
+        streams = [getattr(h, "stream", None) for name in logging.root.manager.loggerDict
+                   if name.startswith("torch") for h in logging.getLogger(name).handlers]
+        assert any(s is buffer for s in streams)
+    assert capsys.readouterr().out.splitlines() == [f"line {n}" for n in range(5)]  # no notebook: all printed
+    streams = [getattr(h, "stream", None) for name in logging.root.manager.loggerDict if name.startswith("torch")
+               for h in logging.getLogger(name).handlers]
+    assert not any(s is buffer for s in streams), "a torch handler still writes to the fold's buffer"
+    shown = []
+    monkeypatch.setattr(folded, "_in_notebook", lambda: True)
+    monkeypatch.setattr(folded, "_display_html", shown.append)
+    folded.show_folded("\n".join(f"l{n}" for n in range(10)), first=3)
+    assert capsys.readouterr().out.splitlines() == ["l0", "l1", "l2"]
+    assert len(shown) == 1 and "<details>" in shown[0] and "l9" in shown[0] and "l2" not in shown[0]

@@ -306,6 +306,48 @@ def giveaway_guard_lines(nb) -> list[str]:
     return problems
 
 
+REVEAL = re.compile(r"the run measured (\[[^\]]*\]|'[^']*'|\"[^\"]*\"|\S+?)(?: ([^:\n]*?))?(?:: (?:as you|not what)[^\n]*)?\.$", re.M)
+TRIVIAL = 3  # counts up to this are everywhere on a page (1 graph, 2 calls): they give nothing away
+
+
+def _reveals(text: str) -> list[tuple[str, str]]:
+    """``(value, unit)`` for each measurement ``S.reveal`` printed (``the run measured 5 graphs``)."""
+    return [(value, (unit or "").split(" ")[0].replace("(s)", "").strip("()")) for value, unit in REVEAL.findall(text)]
+
+
+def _read_off(value: str, unit: str, above: str) -> bool:
+    """Whether ``above`` already shows the measurement: a list as printed, or a number above ``TRIVIAL`` next to
+    the same unit (``26 graphs``, ``graphs: 26``)."""
+    if value.startswith("["):
+        return bool(re.search(r"\d", value)) and value in above
+    numbers = [n for n in NUMBER.findall(value) if float(n) > TRIVIAL]
+    if not numbers or not unit:
+        return False
+    return any(re.search(rf"(?<![\w.]){re.escape(n)}[ \t]+{re.escape(unit)}|{re.escape(unit)}[ \t]*[:=][ \t]*{re.escape(n)}(?![\w.])",
+                         above) for n in numbers)
+
+
+def giveaway_printed_figures(nb) -> list[str]:
+    """Prompts whose measured answer (what the ``S.reveal`` after them printed) an output above the prompt showed.
+
+    For each "Predict first" prompt, the reveals between it and the next prompt are its answers. A list printed
+    above exactly as the reveal printed it, or a number larger than ``TRIVIAL`` printed above beside the reveal's
+    unit (``8 graphs``), lets the learner read the answer off instead of reasoning it out.
+    """
+    problems, cells = [], nb.cells
+    prompts = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.lstrip().startswith(PREDICT_PROMPT)]
+    for k, i in enumerate(prompts):
+        end = prompts[k + 1] if k + 1 < len(prompts) else len(cells)
+        answers = [r for c in cells[i + 1:end] if c.cell_type == "code" for r in _reveals(_printed_text(c))]
+        # Earlier answers and the claims ledger (which restates them) answer other questions.
+        above = "\n".join(line for c in cells[:i] if c.cell_type == "code" for line in _printed_text(c).splitlines()
+                          if "the run measured" not in line and not line.lstrip().startswith("Claims ledger:"))
+        for value, unit in answers:
+            if _read_off(value, unit, above):
+                problems.append(f"cell {i}: the prompt's measured answer {value} {unit} was printed above it")
+    return problems
+
+
 @pytest.mark.parametrize("path", LESSONS, ids=_id)
 def test_lesson_executes_under_nbval(path, runs):
     run = _result(runs, "lesson", path)
@@ -328,6 +370,8 @@ def test_lesson_executes_under_nbval(path, runs):
     assert not problems, f"{_id(path)}: a heading gives away a prediction's answer:\n" + "\n".join(problems)
     problems = giveaway_guard_lines(nb)
     assert not problems, f"{_id(path)}: an output above a prompt gives away its answer:\n" + "\n".join(problems)
+    problems = giveaway_printed_figures(nb)
+    assert not problems, f"{_id(path)}: a figure printed above a prompt is its answer:\n" + "\n".join(problems)
 
 
 def test_nbval_run_injects_parameters_and_keeps_outputs_and_failures(tmp_path):
@@ -412,3 +456,24 @@ def _check_names(solution: Path) -> list[str]:
     nb = nbformat.read(solution, as_version=4)
     src = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     return re.findall(r"checker\.(?:check|run)\(\s*\"([^\"]+)\"", src)
+
+
+def test_giveaway_printed_figures_finds_an_answer_printed_above_its_prompt():
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    out = lambda text: [nbformat.v4.new_output("stream", name="stdout", text=text)]  # noqa: E731
+    reveal = "You predicted 5; the run measured 26 graphs: not what you predicted.\n"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [code("setup()", outputs=out("60 requests; specialising would compile 26 graphs\n")),
+                md("> **Predict first.** How many graphs?"), code("predicted = ..."), code("run()", outputs=out(reveal))]
+    problems = giveaway_printed_figures(nb)
+    assert len(problems) == 1 and "cell 1" in problems[0] and "26" in problems[0], problems
+    nb.cells[0].outputs = out("60 requests, 26 distinct sizes\n")      # another unit: no figure of the answer
+    assert giveaway_printed_figures(nb) == []
+    nb.cells[0].outputs = out("graphs: 3\n")                            # trivially small numbers are everywhere
+    nb.cells[3].outputs = out("No prediction written (predicted = ...); the run measured 3 graphs.\n")
+    assert giveaway_printed_figures(nb) == []
+    nb.cells[0].outputs = out("counts [1, 2, 2, 2]\n")                  # a list, exactly as the reveal prints it
+    nb.cells[3].outputs = out("No prediction written (predicted = ...); the run measured [1, 2, 2, 2] graphs after each call.\n")
+    assert len(giveaway_printed_figures(nb)) == 1
+    nb.cells[0].outputs = out("No prediction written (predicted = ...); the run measured [1, 2, 2, 2] graphs.\n")
+    assert giveaway_printed_figures(nb) == [], "an earlier prompt's answer is not this prompt's giveaway"
