@@ -403,7 +403,10 @@ def test_a_learner_runs_a_lesson_in_jupyterlab_and_the_instructor_sees_it(hub, b
     step("lesson 00's cells ran")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "room_learner_lesson.png"))
-    page.goto(f"{hub.url}/user/{alice}/lab/tree/labs/{LAB.id}.ipynb")
+    listing = page.locator(".jp-DirListing-content")  # the lab, opened from JupyterLab's file browser
+    page.locator(".jp-BreadCrumbs-home").click()
+    listing.locator(".jp-DirListing-item").filter(has_text="labs").first.dblclick()
+    listing.locator(".jp-DirListing-item").filter(has_text=f"{LAB.id}.ipynb").first.dblclick()
     _open_notebook(page, "Lab 01")
     _run_cells(page, {1: None, 2: None, 4: None, 5: None}, wait_for=(5, LAB.exercises[0]))
     step("the lab's first check ran")
