@@ -560,15 +560,16 @@ def test_attack_malformed_payloads_are_400_and_the_service_goes_on(room):
 
 
 def test_attack_a_flood_is_limited_per_learner(room):
-    """1,000 records as fast as one learner can send: over the burst they are 429 with Retry-After; another
-    learner is not limited; the burst holds more than two Run All of the biggest notebook."""
+    """Records as fast as one learner can send: over the burst they are 429 with Retry-After; another learner is
+    not limited; the burst holds more than two Run All of the biggest notebook."""
     statuses = []
-    for _ in range(200):
+    burst = room.app.settings["limit"].burst
+    for _ in range(burst + 30):
         status, _answer, headers = room.request("POST", "/api/reveal", "mallory", _reveal())
         statuses.append(status)
         if status == 429:
             assert int(headers["Retry-After"]) >= 1
-    assert statuses.count(201) < 100 and 429 in statuses
+    assert statuses[:burst] == [201] * burst and statuses.count(429) >= 25  # the refill (1 a second) lets a few by
     assert statuses[:2 * _manifest().records_per_run()] == [201] * (2 * _manifest().records_per_run())
     assert room.post("reveal", "alice", _reveal())[0] == 201
     assert room.app.settings["limit"].burst >= 2 * _manifest().records_per_run()
