@@ -44,6 +44,7 @@ STYLE = """<style>
   white-space: normal; word-break: normal; overflow-wrap: break-word; line-height: 1.35; }
 .shapelab-bench pre { margin: 0; white-space: pre-wrap; word-break: normal; overflow-wrap: break-word;
   font-size: 12px; }
+.shapelab-bench .shapelab-pane pre { max-height: 24em; overflow-y: auto; }  /* a long log scrolls in its pane */
 .shapelab-bench img, .shapelab-bench svg.shapelab-steps { max-width: 100%; height: auto; display: block; }
 .shapelab-bench table { max-width: 100%; table-layout: auto; }
 .shapelab-bench td, .shapelab-bench th { word-break: normal; overflow-wrap: break-word; padding: 2px 12px 2px 0; }
@@ -419,6 +420,8 @@ class IntControl(W.HBox):
     def type(self, text: str) -> None:
         """What typing ``text`` and pressing Enter does."""
         t = str(text).strip()
+        if t == str(self.value):  # nothing new (also the box being reset to the value after a refusal)
+            return
         try:
             number = int(t)
         except ValueError:
