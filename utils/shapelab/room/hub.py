@@ -18,6 +18,8 @@ from . import accounts
 
 LANDING = "/lab/tree/notebooks/00_orientation.ipynb"
 SERVICE = "room"
+READY = "ready"       # beside the learners' course: made once their course and Python are (tools.room)
+READY_TIMEOUT = 300   # seconds a first server start may wait for them
 
 
 @dataclass
@@ -118,7 +120,17 @@ def configure(c, room: Room) -> None:
     # the kernel's token may post to the room service as its own user, and nothing more than before
     c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", f"access:services!service={SERVICE}"]
 
-    def furnish(spawner):
+    ready = Path(room.course).parent / READY
+
+    async def furnish(spawner):
+        import asyncio
+
+        for _ in range(2 * READY_TIMEOUT):  # the hub opens while the room command makes the learners' Python
+            if ready.exists():
+                break
+            await asyncio.sleep(0.5)
+        else:
+            raise RuntimeError(f"the learners' course and Python are not ready ({ready} is missing)")
         user = accounts.ensure_user(spawner.user.name, Path(room.homes))
         accounts.furnish(user, Path(room.course), room.cache)
 

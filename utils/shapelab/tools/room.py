@@ -269,7 +269,7 @@ def main(argv=None) -> int:
     db = store_url(args, p.error)
 
     from shapelab.room import accounts
-    from shapelab.room.hub import Room, write_config
+    from shapelab.room.hub import READY, Room, write_config
 
     learners = read_roster(args.roster) if args.roster and Path(args.roster).is_file() else None
     count = args.learners or (len(learners) if learners else DEFAULT_LEARNERS)
@@ -295,16 +295,13 @@ def main(argv=None) -> int:
         print("NOT READY: the room did not start")
         return 1
 
-    start = time.monotonic()
+    import psutil
+
+    start = time.monotonic() - (time.time() - psutil.Process().create_time())  # when the command began
     beside.mkdir(parents=True, exist_ok=True)
     beside.chmod(0o755)
-    accounts.course_copy(COURSE, Path(room.course))
-    room.learner_python = accounts.learner_env(sys.executable, Path(room.course), beside / "python")
-    for name in learners or []:  # accounts made once, kept after; homes made private at every start
-        user = accounts.ensure_user(name, Path(args.homes))
-        accounts.make_private(Path(user.pw_dir), user)
-    print(f"learners' course and Python in {beside}, {len(learners or [])} accounts ready "
-          f"({time.monotonic() - start:.1f} s)", flush=True)
+    (beside / READY).unlink(missing_ok=True)  # servers wait for it (hub.configure): made below, once all is there
+    room.learner_python = str(beside / "python" / "bin" / "python")
     extra = Path(args.extra_config).read_text() if args.extra_config else ""
     config = write_config(room, extra)
     env = dict(os.environ, PATH=f"{Path(proxy).parent}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -315,7 +312,15 @@ def main(argv=None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
     others: list[subprocess.Popen] = []
-    try:
+    try:  # while the hub starts: the learners' course, Python and accounts
+        accounts.course_copy(COURSE, Path(room.course))
+        accounts.learner_env(sys.executable, Path(room.course), beside / "python")  # its bin/python: learner_python
+        for name in learners or []:  # accounts made once, kept after; homes made private at every start
+            user = accounts.ensure_user(name, Path(args.homes))
+            accounts.make_private(Path(user.pw_dir), user)
+        (beside / READY).touch()
+        print(f"learners' course and Python in {beside}, {len(learners or [])} accounts ready "
+              f"({time.monotonic() - start:.1f} s)", flush=True)
         scheme = "https" if args.ssl_cert else "http"
         url = f"{scheme}://{args.ip or '127.0.0.1'}:{args.port}"
         if not _wait(lambda: open_url(f"{url}/hub/login", 1), hub, stopping, OPEN_TIMEOUT):
