@@ -220,6 +220,9 @@ def test_time_interleaved_alternates_rounds_and_pools_them():
     switches = sum(1 for x, y in zip(order, order[1:]) if x != y)
     assert switches >= 5  # a, b, a, b, a, b: at least one switch per round boundary
     assert set(out) == {"a", "b"} and all(len(t.samples) >= 3 and t.runs >= len(t.samples) for t in out.values())
+    assert len(out["a"].samples) == len(out["b"].samples)  # each round gives both sides as many samples
+    slow = time_interleaved({"fast": (lambda: None, ()), "slow": (time.sleep, (0.002,))}, min_run_time=0.03, rounds=3)
+    assert len(slow["fast"].samples) == len(slow["slow"].samples) >= 3
 
 
 def test_lessons_state_timing_comparisons_only_through_the_rule():

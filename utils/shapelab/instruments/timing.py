@@ -286,10 +286,16 @@ def time_interleaved(calls: dict[str, tuple[Callable, tuple]], *, min_run_time: 
     samples: dict[str, list[float]] = {name: [] for name in calls}
     runs = dict.fromkeys(calls, 0)
     for _ in range(rounds):
+        got = {}
         for name, (fn, args) in calls.items():
             t = time_warm(fn, *args, min_run_time=min_run_time / rounds, threads=threads)
-            samples[name] += t.samples
+            got[name] = t.samples
             runs[name] += t.runs
+        # as many samples from each side in a round: a quiet round (more, faster blocks) must not outweigh a
+        # loaded one for one side only
+        m = min(len(v) for v in got.values())
+        for name, v in got.items():
+            samples[name] += [v[i * len(v) // m] for i in range(m)]
     return {name: Timing(tuple(v), runs=runs[name]) for name, v in samples.items()}
 
 
