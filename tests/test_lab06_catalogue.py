@@ -482,9 +482,9 @@ def _train_padded_to(X, Y, batch_size, epochs, seed, compile_fn, *, rows=None):
 
 
 def serve_patched_inside(requests, w_out, max_len, compile_fn):
-    # the original loop with the recompile limit raised for the call only, put back before the check compares
-    with torch._dynamo.config.patch(recompile_limit=4096, automatic_dynamic_shapes=False):
-        return serve_original(requests, w_out, max_len, compile_fn)
+    # the fixed loop under a recompile limit of 1 "to be sure", for the call only: a global setting all the same
+    with torch._dynamo.config.patch(recompile_limit=1):
+        return make_serve()(requests, w_out, max_len, compile_fn)
 
 
 def production_patched_inside(compiled, x):
@@ -517,7 +517,7 @@ WRONG_3 = [
     ("training", "every batch padded to the lab's batch of 32", functools.partial(_train_padded_to, rows=32)),
     ("serving", "a KV cache of 1024 positions, 'far more than any request'", make_serve(cache=1024)),
     ("serving", "the cache's shape read from the first request (no requests: it raises)", serve_no_empty),
-    ("serving", "the original under a config patch, put back before the check looks", serve_patched_inside),
+    ("serving", "the fixed loop under a config patch, put back before the check looks", serve_patched_inside),
     ("serving", "the rounded-up shared cache of round 2, which reads the first request (was in RIGHT)",
      functools.partial(_serve_cached, shared=True, size=lambda m: 1 << (m - 1).bit_length())),
     ("production", "the recompile limit patched for the call only", production_patched_inside),
@@ -527,6 +527,40 @@ RIGHT_3 = [
     ("serving", "the shared rounded-up cache, an empty list answered first", serve_empty_ok),
     ("serving", "a cache sized by the longest request, written as max(..., default=...)", serve_cache_from_requests),
     ("training", "padding to the batch size asked for, with F.pad", _train_padded_to),
+]
+
+
+class _ProductionHoldsTheModel:
+    """A callable object holding the grader's own model function as an attribute: the answer for rare shapes."""
+
+    def __init__(self):
+        self.model = L._served
+
+    def __call__(self, compiled, x):
+        warm = x.dtype == torch.float32 and x.is_contiguous() and x.shape[0] in (6, 12)
+        return compiled(x) if warm else self.model(x)
+
+
+torch._lab06_model = L._served  # parked on torch's module, which the reading does not follow
+
+
+def production_through_torch_attribute(compiled, x):
+    warm = x.dtype == torch.float32 and x.is_contiguous() and x.shape[0] in (6, 12)
+    return compiled(x) if warm else torch._lab06_model(x)
+
+
+def serve_with_the_graders_requests(requests, w_out, max_len, compile_fn):
+    # the course's request maker reached through torch: only watching course calls sees it
+    torch._lab06_requests((1,), (1.0,), 2, 8, 0)
+    return serve_functional(requests, w_out, max_len, compile_fn)
+
+
+torch._lab06_requests = L.make_requests
+
+WRONG_3 += [
+    ("production", "a callable object holding the grader's model for rare shapes", _ProductionHoldsTheModel()),
+    ("production", "the grader's model parked on torch and called there", production_through_torch_attribute),
+    ("serving", "the grader's request maker parked on torch and called there", serve_with_the_graders_requests),
 ]
 
 test_wrong_answer_is_rejected_3, test_correct_alternative_is_accepted_3, _ = catalogue_tests(WRONG_3, RIGHT_3, judge, leaks)

@@ -425,14 +425,23 @@ class course_calls:
     """While the learner's code runs (eagerly), the course library's functions it calls, however it reached them
     (``globals()['S']``, ``vars(...)``, a frame's globals, an attribute of an object: ways the reading in
     ``inspect_answer`` may not follow): ``with course_calls(allow=(obj,)) as called: answer(...)``, then ``called``
-    lists them (a course function called by the course, the check's own code, is not the answer's). ``allow``: what the check hands over (a workload, a record, a function to compile): functions,
-    classes, or objects whose class's methods the answer may call, with whatever those call in turn. This module's
-    own code (a check's recording backend) is never the answer's. Uses ``sys.setprofile`` (Python calls only; the
+    lists them; a course function called by the course (the check's own code) is not the answer's, nor is this
+    module's own code (a check's recording backend). ``allow``: what the check hands over (a workload, a record):
+    functions, classes, or objects whose class's methods the answer may call, with whatever those call in turn;
+    ``compiled``: course functions the check compiled and hands over, which may run when torch runs them (a
+    compiled call), not when the answer calls them itself. Uses ``sys.setprofile`` (Python calls only; the
     answer's own code is not slowed). Under ``torch.compile`` the answer is traced, not run: call it eagerly."""
 
-    def __init__(self, allow: tuple = ()):
-        self.allowed = set()
-        for obj in allow:
+    def __init__(self, allow: tuple = (), compiled: tuple = ()):
+        self.allowed = self._places(allow)
+        self.compiled = self._places(compiled)
+        self.called: list[str] = []
+        self._inside: list = []  # the frames of allowed code now running: what they call is theirs
+
+    @staticmethod
+    def _places(objs: tuple) -> set:
+        places = set()
+        for obj in objs:
             obj = getattr(obj, "__func__", obj)
             if isinstance(obj, types.FunctionType):
                 members = [obj]
@@ -442,9 +451,8 @@ class course_calls:
                 members += [m.fget for m in members if isinstance(m, property)]
             for member in members:
                 if hasattr(member, "__code__"):  # by place, not identity: Dynamo runs a function as code of its own
-                    self.allowed.update((c.co_filename, c.co_firstlineno, c.co_name) for c in _codes(member.__code__))
-        self.called: list[str] = []
-        self._inside: list = []  # the frames of allowed code now running: what they call is theirs
+                    places.update((c.co_filename, c.co_firstlineno, c.co_name) for c in _codes(member.__code__))
+        return places
 
     def _profile(self, frame, event, arg):
         if event == "return":
@@ -460,12 +468,14 @@ class course_calls:
         if event != "call":
             return
         code = frame.f_code
-        if self._inside or not code.co_filename.startswith(_COURSE_ROOT):
+        if not code.co_filename.startswith(_COURSE_ROOT):
             return
         caller = frame.f_back
         if caller is not None and caller.f_code.co_filename.startswith(_COURSE_ROOT):
             return  # the check's own code calling the library, not the answer's
-        if (code.co_filename, code.co_firstlineno, code.co_name) in self.allowed or code.co_filename == __file__:
+        place = (code.co_filename, code.co_firstlineno, code.co_name)
+        by_torch = caller is not None and os.path.abspath(caller.f_code.co_filename).startswith(_TORCH_ROOT)
+        if place in self.allowed or (place in self.compiled and by_torch) or code.co_filename == __file__:
             self._inside.append(frame)
             return
         module = frame.f_globals.get("__name__", "shapelab")

@@ -22,7 +22,8 @@ import torch
 from ..instruments import compat
 from ..instruments.isolation import isolated
 from ..instruments.observe import short_reason
-from ..labkit.answers import flipped_feedback, one_thread, settings_flipped, shortcut_feedback, watch_settings
+from ..labkit.answers import (course_calls, flipped_feedback, one_thread, settings_flipped, shortcut_feedback,
+                              watch_settings)
 from .l06_wild import Tracker
 
 # What a learner may name as a cause in exercise 1 (the labels, not the answer).
@@ -71,6 +72,7 @@ class Run:
     settings_changed: list[str] = field(default_factory=list)  # global settings changed, before or during the run
     stance: str = "default"
     breaks: int = 0  # graph breaks Dynamo counted
+    course_called: list[str] = field(default_factory=list)  # course functions the loop called while it ran
 
     @property
     def graphs(self) -> int:
@@ -111,9 +113,10 @@ def _compiled_run(loop: Callable, *args) -> Run:
         import logging
 
         logging.getLogger("torch._dynamo").setLevel(logging.ERROR)  # the limit warning: we report it ourselves
-        with watch_settings() as changed:
+        with watch_settings() as changed, course_calls(allow=(compile_fn,)) as called:
             run.result = loop(*args, compile_fn)
             run.stance = compat.current_stance()[0]
+        run.course_called = list(called)
         run.settings_changed += [c for c in changed if c not in run.settings_changed]
         run.breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
     return run
@@ -122,6 +125,9 @@ def _compiled_run(loop: Callable, *args) -> Run:
 def _compile_problems(run: Run, what: str, steps_word: str, steps: int) -> str | None:
     """The message for a run that did not compile what it should, or hid the cause; None if it compiled.
     ``steps``: how many steps the loop must run, each through the function ``compile_fn`` returned."""
+    if run.course_called:
+        return (f"your {what} calls the course library while it runs ({run.course_called[0]}): answer with "
+                "plain Python and PyTorch")
     if run.settings_changed:
         limit = any("recompile_limit" in c for c in run.settings_changed)
         return (f"a global compiler setting is changed ({'; '.join(run.settings_changed)}): "
@@ -267,7 +273,7 @@ def check_serving(serve_fixed: Callable, serve_original: Callable, w_out: torch.
         except Exception as e:
             return False, f"{where}: your loop raised {type(e).__name__}: {_first_line(e)}"
         if not lengths:  # nothing to decode: the answer is no outputs, with no setting changed
-            if run.settings_changed:
+            if run.settings_changed or run.course_called:
                 return False, f"{where}: {_compile_problems(run, 'serving loop', 'decode step', 0)}"
             if not isinstance(run.result, (list, tuple)) or len(run.result):
                 return False, f"{where}: return one output per request, as the original does: none here"
@@ -337,12 +343,15 @@ def check_production_call(call_in_production: Callable, warm=(6, 12), rare=(1, 3
         for what, x, is_warm in production_requests(warm, rare, seed):
             before_runs = len(tracker.ran)
             try:
-                with watch_settings() as changed:
+                with watch_settings() as changed, course_calls(allow=(tracker,), compiled=(_served,)) as called:
                     out = call_in_production(compiled, x)
                     stance = compat.current_stance()[0]
             except Exception as e:
                 return False, (f"{what} raised {type(e).__name__}: in production a request warm-up did not cover "
                                "must still be answered")
+            if called:
+                return False, (f"your call_in_production calls the course library while it runs ({called[0]}): "
+                               "answer with PyTorch")
             if stance != "default":
                 return False, "your function left a stance set after it returned: set it for the call only (a with block)"
             if changed:
