@@ -274,24 +274,28 @@ class Names:
         return Call(*ba.args, grad=call.grad, **ba.kwargs)
 
 
-def tensors_in(name: str, value: Any, depth: int = 3) -> Iterable[tuple[str, torch.Tensor]]:
+def tensors_in(name: str, value: Any, depth: int = 5, seen: set | None = None) -> Iterable[tuple[str, torch.Tensor]]:
     """(path, tensor) for a tensor argument and the tensors inside a container or object argument
-    (``past_key_values.layers[0].keys``), so that a cache's lengths can be marked by their path."""
+    (``past_key_values.self_attention_cache.layers[0].keys``), so that a cache's lengths can be marked by
+    their path; each object is entered once (a cache that holds its config, or itself)."""
+    seen = set() if seen is None else seen
     if isinstance(value, torch.Tensor):
         yield name, value
-    elif depth == 0 or isinstance(value, (str, bytes, int, float, bool, type(None), torch.nn.Module)):
         return
-    elif isinstance(value, (list, tuple)):
+    if depth == 0 or isinstance(value, (str, bytes, int, float, bool, type(None), torch.nn.Module)) or id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, (list, tuple)):
         for i, v in enumerate(value[:64]):
-            yield from tensors_in(f"{name}[{i}]", v, depth - 1)
+            yield from tensors_in(f"{name}[{i}]", v, depth - 1, seen)
     elif isinstance(value, Mapping):
         for k, v in list(value.items())[:64]:
             if isinstance(k, str):
-                yield from tensors_in(f"{name}[{k!r}]", v, depth - 1)
+                yield from tensors_in(f"{name}[{k!r}]", v, depth - 1, seen)
     elif hasattr(value, "__dict__"):
         for k, v in list(vars(value).items())[:64]:
             if k.isidentifier() and not k.startswith("_"):
-                yield from tensors_in(f"{name}.{k}", v, depth - 1)
+                yield from tensors_in(f"{name}.{k}", v, depth - 1, seen)
 
 
 def varying_dims(calls: Sequence[Call], names: Names) -> dict[tuple[str, int], list[int]]:

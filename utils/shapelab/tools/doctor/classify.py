@@ -48,7 +48,7 @@ _CALL_SIGNATURE = re.compile(r"^len\((args|kwargs)\) ==|^not (args|kwargs)\b|___
 _DATA_DEPENDENT = ("dynamic shape operator", "item()", "data-dependent", "data dependent", "nonzero",
                    "capture_scalar_outputs", "unbacked")
 # where one guard ends and the next begins in "g1; g2" (torch's comments after "  #" may hold "; " too)
-_NEXT_GUARD = re.compile(r"(?:  #.*?)?; (?=tensor '|\(|[\w.\[\]'()]+ (?:==|!=|<=|>=|<|>|is) |\d+ <|Eq\(|Ne\(|GLOBAL_STATE|Duplicate|___)",
+_NEXT_GUARD = re.compile(r"(?:  #.*?)?; (?=tensor '|check_tensor\(|\(|[\w.\[\]'()]+ (?:==|!=|<=|>=|<|>|is) |\d+ <|Eq\(|Ne\(|GLOBAL_STATE|Duplicate|___)",
                          re.S)
 
 

@@ -66,6 +66,9 @@ class Diagnosis:
             head += f" (TRACE DAMAGED: {ev.unreadable} record(s) could not be read; the counts are a lower bound)"
         if self.also_varies:
             head += " (also varying, never the named cause: " + ", ".join(self.also_varies) + ")"
+        unchecked = sorted({u for g in ev.graphs for u in g.unchecked})
+        if unchecked:  # a guard that raised when re-checked (an index past a short list) is not counted as failed
+            head += f" ({len(unchecked)} guard(s) could not be re-checked, so not counted: `{unchecked[0]}`)"
         if not self.causes:
             return head + "; no recompile, no graph break: nothing to fix."
         out = head + "; causes: " + "; ".join(f"{c.label} ({c.where}, {c.graphs} graph(s))" for c in self.causes)
@@ -191,7 +194,8 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     # already symbolic and a call of size 0 or 1 failed it); elsewhere mark_dynamic, and size 0 or 1 is
     # counted as its own graph. Many models branch on such sizes, so unbacked is tried first and dropped
     # for mark_dynamic, with a note, when it breaks the model into more graphs than predicted.
-    zero_one = {(c.shown, c.dim) for c in cs if c.kind == "zero_one" and "size()" in c.detail}
+    # (unbacked only where a proof can drop it: unproven, the prediction must be mark_dynamic's)
+    zero_one = {(c.shown, c.dim) for c in cs if c.kind == "zero_one" and "size()" in c.detail} if prove else set()
     if kinds - {"graph_break"}:
         for (var, d), sizes in sorted(observed.items()):
             kind = "unbacked" if (var, d) in zero_one else "dynamic"
@@ -227,10 +231,10 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     plan.predicted = predict(plan)
     diag = Diagnosis(name, base.evidence, cs, rx, [base], also_varies=also, plan=plan)
     recompiles = any(c.kind != "graph_break" for c in cs)
+    show_as_run(cs, rx, plan, own)
+    diag.prescriptions = _merged(rx)
     if not recompiles or plan.empty:
         return diag
-    show_as_run(cs, rx, plan, own)
-    _merge_same_code(diag)
     if not prove:
         diag.prescriptions.append(Prescription("all", "the whole change (not proven: the proof was not run)",
                                                plan.code(), False, "the proof was not run"))
@@ -244,7 +248,7 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
         diag.runs.append(t)
     diag.runs.append(run)
     show_as_run(cs, rx, plan, own)  # again: the proof may have softened a mark
-    _merge_same_code(diag)
+    diag.prescriptions = _merged(rx)
     diag.prescriptions.append(Prescription("all", "the whole change, as the proof ran it", plan.code(), True))
     if run.missed:
         proof.explain_miss(run, names, calls)
@@ -332,13 +336,13 @@ def _literal(value) -> bool:
     return value is None or type(value) in (bool, int, float, str)
 
 
-def _merge_same_code(diag: Diagnosis) -> None:
-    """One row per change: causes whose prescriptions are the same code share it."""
+def _merged(rx: list[Prescription]) -> list[Prescription]:
+    """One row per change: causes whose prescriptions are the same code share one row (``where`` joined)."""
     out: list[Prescription] = []
-    for p in diag.prescriptions:
+    for p in rx:
         twin = next((q for q in out if q.applied and p.applied and q.code == p.code), None)
         if twin is None:
             out.append(p)
         elif p.where not in twin.where:
             twin.where += "; " + p.where
-    diag.prescriptions[:] = out
+    return out

@@ -30,6 +30,15 @@ class Graph:
     def dynamic(self) -> bool:
         return any(isinstance(d, str) for s in self.shapes for d in s)
 
+    @property
+    def unchecked(self) -> list[str]:
+        """Guards of the graph named as the cause whose re-check raised: neither failed nor passed."""
+        unknown = getattr(self.failures, "unknown", None)
+        if not unknown or not self.cause:
+            return []
+        gid = self.cause.split(":", 1)[0].strip()
+        return next((u for f, u in zip(self.failures, unknown) if f.split(":", 1)[0].strip() == gid), [])
+
 
 @dataclass
 class Evidence:
@@ -55,7 +64,7 @@ class Evidence:
 def from_record(record, frame_name: str = "", unimplemented: dict | None = None) -> Evidence:
     """Evidence from an ``observe`` ``Record`` (and Dynamo's ``unimplemented`` counters, read before reset)."""
     graphs = [Graph(e.compile_id, frame_name if e.compile_id.startswith("0/") else "resume/other frame",
-                    list(e.shapes), list(e.failures), e.reason) for e in record.compiles]
+                    list(e.shapes), e.failures, e.reason) for e in record.compiles]
     return Evidence(
         source="live replay",
         graphs=graphs,
