@@ -450,6 +450,9 @@ def test_learners_read_only_what_is_theirs(hub):
     import psutil
 
     alice, bob = LEARNERS
+    if not hub.api("GET", f"/users/{alice}")[1]["servers"].get("", {}).get("ready"):  # when run alone
+        hub.api("POST", f"/users/{alice}/server")
+        hub.wait_ready(alice)
     kernel = hub.kernel(bob)
     out = kernel.run("import os; os.chdir(os.path.expanduser('~')); open('notes.txt', 'w').write('my answer'); "
                      "os.makedirs('work', exist_ok=True)")
