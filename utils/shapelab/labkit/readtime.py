@@ -63,8 +63,8 @@ class LessonTime:
         """The sentence a title cell states (its first number is ``minutes``)."""
         further = f"; *Going further* adds about {self.further_minutes}" if self.further_minutes else ""
         return (f"{self.minutes} minutes, measured: {self.words:,} words of prose at {WORDS_PER_MINUTE} a minute, "
-                f"{self.code_lines} lines of code at {CODE_LINES_PER_MINUTE} a minute, {self.prompts} prompts at "
-                f"{PROMPT_MINUTES} minute each, {BENCH_MINUTES if self.bench else 0} for the bench and "
+                f"{self.code_lines} lines of code at {CODE_LINES_PER_MINUTE} a minute, {self.prompts} "
+                f"{'prompt' if self.prompts == 1 else 'prompts'} at {PROMPT_MINUTES} minute each, {BENCH_MINUTES if self.bench else 0} for the bench and "
                 f"{self.run_seconds:.0f} s to run at CI size on a CPU{further}")
 
 
