@@ -187,8 +187,10 @@ def plot_frontier(points: Sequence[dict], optimal: Sequence[dict] | None = None,
         hot = highlight is not None and p["label"] == highlight
         ax.scatter(p["compiles"], 100 * p["waste_share"], s=70 if hot else 30,
                    color="tab:red" if hot else "tab:blue", zorder=3)
+        # the chosen point's label goes below it, in red, so that a standard point next to it keeps its own above
         ax.annotate(p["label"], (p["compiles"], 100 * p["waste_share"]), textcoords="offset points",
-                    xytext=(4, 4), fontsize=8)
+                    xytext=(6, -12) if hot else (4, 4), fontsize=8, color="tab:red" if hot else "black",
+                    fontweight="bold" if hot else "normal")
     front = pareto(points)
     ax.step([p["compiles"] for p in front], [100 * p["waste_share"] for p in front], where="post",
             color="tab:blue", alpha=0.4, label="frontier of the standard strategies")
