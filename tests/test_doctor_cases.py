@@ -10,6 +10,9 @@ import torch.nn as nn
 from torch._dynamo.testing import CompileCounter
 
 from shapelab.tools.doctor import Call, diagnose
+from test_doctor_zoo import NS
+
+Recurrent = NS["Recurrent"]  # the zoo's hand-written RNN, its initial hidden state optional
 
 
 def _scope(model, call) -> dict:
@@ -93,23 +96,11 @@ def test_none_inside_an_empty_cache_is_not_the_first_none_argument():
     assert d.proof.compiles == d.plan.predicted and d.proof.same is True, d.proof.notes
 
 
-class _Recurrent(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.inp, self.rec = nn.Linear(4, 8), nn.Linear(8, 8, bias=False)
-
-    def forward(self, x, h0=None):
-        h = torch.zeros(x.shape[0], 8) if h0 is None else h0
-        for t in range(x.shape[1]):
-            h = torch.tanh(self.inp(x[:, t]) + self.rec(h))
-        return h
-
-
 def test_an_initial_hidden_state_that_is_sometimes_none_is_named():
     g = torch.Generator().manual_seed(0)
     calls = [(torch.randn(2, 3, 4, generator=g), h) for h in (None, torch.zeros(2, 8), None, torch.ones(2, 8))]
-    d = diagnose(_Recurrent(), calls, buckets=False)
-    assert d.runs[0].counts == _counts(_Recurrent(), [Call(*c) for c in calls]) == [1, 2, 2, 2]
+    d = diagnose(Recurrent(), calls, buckets=False)
+    assert d.runs[0].counts == _counts(Recurrent(), [Call(*c) for c in calls]) == [1, 2, 2, 2]
     assert [(c.kind, c.shown, c.graphs) for c in d.causes] == [("optional", "h0", 1)], d.summary()
     assert "h0" in d.prescriptions[0].code and not d.prescriptions[0].applied
 
@@ -166,7 +157,7 @@ def test_a_float_argument_and_an_int_attribute_each_get_their_own_prescription_o
     g = torch.Generator().manual_seed(0)
     calls = [(torch.randn(2, 4, generator=g), t) for t in (1.0, 0.7, 1.3, 0.9)]
     d = diagnose(_Both(), calls, buckets=False)
-    rows = {c.shown or c.detail: p for c, p in zip(d.causes, d.prescriptions)}
+    rows = {c.shown or c.detail: p for c in d.causes for p in d.prescriptions if c.where in p.where}
     assert rows["temperature"].code.startswith("temperature = torch.tensor(temperature)"), rows["temperature"].code
     assert "allow_unspec_int_on_nn_module" not in rows["temperature"].code
     assert "allow_unspec_int_on_nn_module" in rows["self.step"].code
@@ -214,3 +205,18 @@ def test_a_size_below_two_is_zero_one_and_above_the_bound_a_branch(rank, dim, bo
         pytest.fail(f"torch did not recompile for size {size}: the case is wrong")
     want = "zero_one" if size < 2 else "size_branch"
     assert [(c.kind, c.shown, c.dim) for c in last] == [(want, "x", dim)], (size, d.summary())
+
+
+def _pool(x, lengths):
+    return torch.stack([x[i, :n].sum(0) for i, n in enumerate(lengths)])
+
+
+def test_a_guard_that_raises_when_re_checked_is_not_a_failed_one():
+    # lengths [5, 8], [3, 6], then a one-element list: re-checking lengths[1] raises; it is neither the cause
+    # nor a branch of the model's code on a size, and the summary says it could not be re-checked
+    calls = [(torch.randn(2, 8, 3), [5, 8]), (torch.randn(2, 8, 3), [3, 6]), (torch.randn(1, 8, 3), [4])]
+    d = diagnose(_pool, calls, buckets=False, prove=False)
+    assert d.runs[0].counts == _counts(_pool, [Call(*c) for c in calls])
+    assert "could not be re-checked" in d.summary() and "lengths[1]" in d.summary()
+    assert not any(c.kind == "size_branch" for c in d.causes), d.summary()
+    assert any(c.kind == "zero_one" and (c.shown, c.dim) == ("x", 0) for c in d.causes), d.summary()

@@ -4,10 +4,12 @@
 isolation, on copies of the model and of the calls, with a counting backend; names the cause of every
 recompile: the failed guards of the cached graph that would have served the call (a dimension that
 varies, 0/1 specialisation, a branch of the model's code on a size, a stride, dtype/device, grad mode
-or other global state, a Python scalar or attribute value, how the call passes its arguments, object
-identity, a data-dependent graph break, the limit), each input by the name you gave it; writes the
-change as code for the installed PyTorch; runs exactly that code in a replay to prove it (marks,
-``.contiguous()``, 0-d tensors, config, padding to buckets chosen for the observed sizes): graphs
+or other global state, a Python scalar or attribute value, how the call passes its arguments, an argument
+that is None in some calls, an attribute the model's first call sets, object identity, a data-dependent
+graph break, the limit), each input by the name you gave it (an argument is found by where the guard's
+source starts, never by a value two arguments share, such as None); writes the change as code for
+the installed PyTorch; runs exactly that code in a replay to prove it (marks, ``.contiguous()``, 0-d
+tensors, config, an attribute set before compiling, padding to buckets chosen for the observed sizes): graphs
 against the prediction (a miss is reported with what remains), per-call time, outputs against eager.
 
 ``diagnose_trace(dir)`` gives the same diagnosis from a ``TORCH_TRACE`` directory recorded elsewhere.
