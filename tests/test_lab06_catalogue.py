@@ -541,14 +541,6 @@ class _ProductionHoldsTheModel:
         return compiled(x) if warm else self.model(x)
 
 
-torch._lab06_model = L._served  # parked on torch's module, which the reading does not follow
-
-
-def production_through_torch_attribute(compiled, x):
-    warm = x.dtype == torch.float32 and x.is_contiguous() and x.shape[0] in (6, 12)
-    return compiled(x) if warm else torch._lab06_model(x)
-
-
 def serve_with_the_graders_requests(requests, w_out, max_len, compile_fn):
     # the course's request maker reached through torch: only watching course calls sees it
     torch._lab06_requests((1,), (1.0,), 2, 8, 0)
@@ -559,7 +551,6 @@ torch._lab06_requests = L.make_requests
 
 WRONG_3 += [
     ("production", "a callable object holding the grader's model for rare shapes", _ProductionHoldsTheModel()),
-    ("production", "the grader's model parked on torch and called there", production_through_torch_attribute),
     ("serving", "the grader's request maker parked on torch and called there", serve_with_the_graders_requests),
 ]
 

@@ -314,18 +314,19 @@ def _put_back(before: dict) -> None:
 _TORCH_ROOT = os.path.dirname(os.path.abspath(torch.__file__))
 
 
-def _set_by_torch(frame) -> bool:
+def _set_by_library(frame) -> bool:
     """Whether the code that set a config value is torch's own (``torch.compile(dynamic=...)`` patches settings
-    while it compiles): the first caller outside the config machinery and ``contextlib`` decides."""
+    while it compiles) or the course's (a check's isolation): the first caller outside the config machinery and
+    ``contextlib`` decides."""
     while frame is not None and (frame.f_code.co_filename.endswith(("_config_module.py", "contextlib.py"))):
         frame = frame.f_back
-    return frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_TORCH_ROOT)
+    return frame is not None and os.path.abspath(frame.f_code.co_filename).startswith((_TORCH_ROOT, _COURSE_ROOT))
 
 
 @contextlib.contextmanager
 def _config_writes() -> Iterator[list[str]]:
     """Readable lines for every compiler config value the code inside sets to another value, even one it puts
-    back before the block ends (a ``config.patch`` around a call): torch's own writes are not counted."""
+    back before the block ends (a ``config.patch`` around a call): torch's and the course's own writes are not counted."""
     from torch.utils._config_module import ConfigModule
 
     lines: list[str] = []
@@ -339,7 +340,7 @@ def _config_writes() -> Iterator[list[str]]:
                 same = bool(old == val)
             except Exception:  # values that cannot be compared count as unchanged
                 same = True
-            if not same and not _set_by_torch(sys._getframe(1)):
+            if not same and not _set_by_library(sys._getframe(1)):
                 lines.append(f"{key}: {old!r} -> {val!r} (inside the call)")
         saved(self, name, val)
 
@@ -418,6 +419,7 @@ def flipped_feedback(what: str = "this check") -> str | None:
 
 # -- call ----------------------------------------------------------------------------------------
 
+_CACHED = type(functools.lru_cache(maxsize=1)(len))  # functools' C wrapper of a cached function
 _COURSE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the shapelab package's folder
 
 
@@ -427,14 +429,11 @@ class course_calls:
     ``inspect_answer`` may not follow): ``with course_calls(allow=(obj,)) as called: answer(...)``, then ``called``
     lists them; a course function called by the course (the check's own code) is not the answer's, nor is this
     module's own code (a check's recording backend). ``allow``: what the check hands over (a workload, a record):
-    functions, classes, or objects whose class's methods the answer may call, with whatever those call in turn;
-    ``compiled``: course functions the check compiled and hands over, which may run when torch runs them (a
-    compiled call), not when the answer calls them itself. Uses ``sys.setprofile`` (Python calls only; the
+    functions, classes, or objects whose class's methods the answer may call, with whatever those call in turn. Uses ``sys.setprofile`` (Python calls only; the
     answer's own code is not slowed). Under ``torch.compile`` the answer is traced, not run: call it eagerly."""
 
-    def __init__(self, allow: tuple = (), compiled: tuple = ()):
+    def __init__(self, allow: tuple = ()):
         self.allowed = self._places(allow)
-        self.compiled = self._places(compiled)
         self.called: list[str] = []
         self._inside: list = []  # the frames of allowed code now running: what they call is theirs
 
@@ -454,15 +453,16 @@ class course_calls:
                     places.update((c.co_filename, c.co_firstlineno, c.co_name) for c in _codes(member.__code__))
         return places
 
-    def _profile(self, frame, event, arg):
+    def _profile(self, frame, event, arg):  # called on every Python and C call and return: the cheap tests first
         if event == "return":
             if self._inside and frame is self._inside[-1]:
                 self._inside.pop()
             return
-        if self.called or self._inside:
+        if self._inside or self.called:
             return
-        if event == "c_call":  # a course function behind C code: a cached one (lru_cache) runs no Python on a hit
-            if _is_course(arg) and not frame.f_code.co_filename.startswith(_COURSE_ROOT):
+        if event == "c_call":  # a cached course function (lru_cache) runs no Python on a hit: its C call is the sign
+            if (type(arg) is _CACHED and _is_course(arg)
+                    and not frame.f_code.co_filename.startswith(_COURSE_ROOT)):
                 self.called.append(_describe(arg))
             return
         if event != "call":
@@ -473,9 +473,7 @@ class course_calls:
         caller = frame.f_back
         if caller is not None and caller.f_code.co_filename.startswith(_COURSE_ROOT):
             return  # the check's own code calling the library, not the answer's
-        place = (code.co_filename, code.co_firstlineno, code.co_name)
-        by_torch = caller is not None and os.path.abspath(caller.f_code.co_filename).startswith(_TORCH_ROOT)
-        if place in self.allowed or (place in self.compiled and by_torch) or code.co_filename == __file__:
+        if (code.co_filename, code.co_firstlineno, code.co_name) in self.allowed or code.co_filename == __file__:
             self._inside.append(frame)
             return
         module = frame.f_globals.get("__name__", "shapelab")

@@ -343,7 +343,7 @@ def check_production_call(call_in_production: Callable, warm=(6, 12), rare=(1, 3
         for what, x, is_warm in production_requests(warm, rare, seed):
             before_runs = len(tracker.ran)
             try:
-                with watch_settings() as changed, course_calls(allow=(tracker,), compiled=(_served,)) as called:
+                with watch_settings() as changed, course_calls(allow=(tracker, _served)) as called:
                     out = call_in_production(compiled, x)
                     stance = compat.current_stance()[0]
             except Exception as e:
