@@ -24,7 +24,14 @@ def record(release, nb=(30, 30), unit=(400, 0, 0), figures=None):
 def test_compat_says_what_pyproject_claims():
     low, high = matrix.claimed_range((ROOT / "pyproject.toml").read_text())
     assert compat.SUPPORTED == (low, (high[0], high[1] - 1)), "compat.SUPPORTED must say what pyproject.toml claims"
-    assert {matrix._release_key(r)[:2] for r in compat.TESTED} == set(matrix.minors_in(low, high))
+    assert {matrix._release_key(r)[:2] for r in compat.TESTED} <= set(matrix.minors_in(low, high))
+
+
+def test_tested_releases_are_the_pin_and_the_passing_records():
+    """compat.TESTED (named at import) claims no release that neither CI (the pin) nor a passing record ran."""
+    passing = {matrix._release_key(r["release"])[:2] for r in matrix.load_records() if matrix.passes(r)}
+    claimed = {matrix._release_key(r)[:2] for r in compat.TESTED}
+    assert claimed <= passing | {matrix._release_key(matrix.PINNED)[:2]}
 
 
 def test_the_pin_is_one_release_everywhere():

@@ -129,6 +129,7 @@ def stated_minutes(title: str) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Print each lesson's measured time (the given notebooks, or every lesson); exit status 0."""
     root = Path(__file__).resolve().parents[3]
     paths = [Path(p) for p in (argv or [])] or sorted((root / "notebooks").glob("[0-9]*.ipynb"))
     for path in paths:

@@ -3,7 +3,8 @@
 ``client`` runs in a learner's kernel and sends each prediction and lab check to the room service
 (and does nothing outside a room); ``store`` keeps them (SQLite, or PostgreSQL for a hub on several
 machines); ``service`` is the JupyterHub-managed service that receives them and serves the
-instructor's page; ``hub`` writes the hub's configuration and ``accounts`` makes each learner an OS
+instructor's page; ``manifest`` lists the lessons' prompts and the labs' exercises that the service
+accepts (built from the notebooks by ``python -m shapelab.room.manifest``); ``hub`` writes the hub's configuration and ``accounts`` makes each learner an OS
 user with a home of their own. ``python -m shapelab.tools.room`` starts a room on one machine.
 
 Only ``client`` is imported by the lessons; it uses the standard library alone.

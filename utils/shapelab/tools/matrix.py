@@ -291,6 +291,7 @@ def run_release(release: str, wheels: Path | None, commit: str = "HEAD", work: P
 
 
 def main(argv=None) -> int:
+    """The command line: run one release (``--torch``) and write its record, or rewrite the README's table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--torch", help="the release to run, e.g. 2.15.0")
     parser.add_argument("--wheels", type=Path, default=os.environ.get("SHAPELAB_WHEELS"),
