@@ -288,8 +288,8 @@ def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int
               slowdown: float = 2.0) -> tuple[bool, str]:
     """Exercise check: serve a fresh traffic sample, and requests over the whole domain, edges first, through
     ``adapter`` and demand no global setting changed, no fall-back, every request on a compiled graph,
-    at most ``max_compiles`` graphs, the right answers, and requests not slower than ``slowdown`` times the
-    unfixed service's beyond the spread of both (the fixed one's lower quartile against the unfixed one's upper)."""
+    at most ``max_compiles`` graphs, the right answers, and a median latency no worse than ``slowdown`` times the
+    unfixed service's (and 2 ms)."""
     if unanswered(adapter):
         return False, "write adapter(request) -> (x, temperature) first"
     if not callable(adapter):
@@ -348,9 +348,11 @@ def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int
         return False, f"no fall-back, but {fixed.count} graphs compiled; the goal is at most {max_compiles}"
     before = _unfixed_replay(service, tuple(sample))
     ours, theirs = _steady(fixed, len(sample)), _steady(before)
-    if ours.q1 > slowdown * theirs.q3:  # slower beyond both spreads: a verdict outside the noise only
+    if ours.median > slowdown * theirs.median + 2e-3:  # TODO(issue 29): a verdict beyond both spreads refuses the
+        # temperature-as-tensor fix at CI size (measured 2.5x slower, IQRs 0.1 ms): the rule needs a comparison of like
+        # with like (compiled against compiled) before it can be relative only
         return False, (f"no fall-back and {fixed.count} compile(s), but requests got slower: typically {ours} "
-                       f"against {theirs} before, more than {slowdown:g}x beyond both spreads (pad less?)")
+                       f"against {theirs} before (pad less?)")
     return True, (f"{fixed.count} compile(s), no fall-back on {requests} fresh requests (before: {before.count} "
                   f"compiles, {len(before.fell_back)} fell back); typical request {ours} vs {theirs}")
 
