@@ -99,3 +99,12 @@ def test_fresh_sections_follow_functions_the_lesson_defines(tmp_path):
     assert not spots[1].said  # nothing near it tells the learner, and the listing says so
     assert "does not say so" in warmup.describe_spots(spots)
     assert "No lesson section" in warmup.describe_spots([])
+
+
+def test_the_kept_record_is_of_the_lessons_as_they_are():
+    """A CPU room skips what the kept record says adds nothing: a stale record would make it run every lesson."""
+    kept = warmup.read_record(warmup.KEPT_RECORD)
+    lessons = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9]*.ipynb"))
+    stale = [p.stem for p in lessons if kept.get(p.stem, {}).get("key", {}).get("code") != warmup.code_hash(p.read_text())]
+    assert not stale, (f"tools/warmup_record.json is stale for {stale}: python -m shapelab.tools.warmup --scale ci --all "
+                       "--cache-dir DIR && cp DIR/shapelab-warmup.json utils/shapelab/tools/warmup_record.json")
