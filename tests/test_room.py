@@ -190,7 +190,8 @@ class Hub:
                     out.append(p)
             except (psutil.Error, TypeError):
                 pass
-        return list({p.pid: p for p in out}.values())
+        # a zombie has exited and holds nothing (no port, no memory): only its parent's reaping is left
+        return [p for p in {p.pid: p for p in out}.values() if _alive(p)]
 
     def api(self, method: str, path: str, body=None):
         return request(method, f"{self.url}/hub/api{path}", ADMIN_TOKEN, body)
@@ -317,17 +318,42 @@ def _login(browser, hub: Hub, user: str, next_url: str = ""):
     return page
 
 
+def _alive(p) -> bool:
+    import psutil
+
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _run_cells(page, cells: dict[int, str | None], wait_for: tuple[int, str]) -> None:
     """In the open notebook, run these cells as a learner does (click the cell, Shift+Enter), typing a cell's
-    new source first where one is given; wait until cell ``wait_for[0]``'s output shows ``wait_for[1]``."""
+    new source first where one is given; wait until cell ``wait_for[0]``'s output shows ``wait_for[1]``.
+
+    As a learner does, it waits for the kernel to say Idle before running, and runs the cells once more when
+    none of them started (JupyterLab can drop a Shift+Enter pressed while a kernel connects)."""
     notebook = page.locator(".jp-NotebookPanel:visible .jp-Notebook")
-    for i, source in cells.items():
-        editor = notebook.locator(".jp-Cell").nth(i).locator(".cm-content")
-        editor.click()
-        if source is not None:
-            page.keyboard.press("Control+A")
-            page.keyboard.type(source)
-        page.keyboard.press("Shift+Enter")
+    try:
+        page.locator(".jp-StatusBar-Widget").filter(has_text="Idle").first.wait_for(timeout=120_000)
+    except Exception:
+        pass  # the wait below says what did not happen
+    typed = dict(cells)
+    for attempt in range(2):
+        for i, source in cells.items():
+            editor = notebook.locator(".jp-Cell").nth(i).locator(".cm-content")
+            editor.click()
+            if typed.get(i) is not None:
+                page.keyboard.press("Control+A")
+                page.keyboard.type(typed[i])
+                typed[i] = None  # typed once; a second run keeps it
+            page.keyboard.press("Shift+Enter")
+        prompts = [notebook.locator(".jp-Cell").nth(i).locator(".jp-InputPrompt").first for i in cells]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and all(p.inner_text().strip() in ("[ ]:", "") for p in prompts):
+            time.sleep(1)
+        if not all(p.inner_text().strip() in ("[ ]:", "") for p in prompts):
+            break
     i, text = wait_for
     try:  # generous: a kernel's first import of torch on a busy 2-core machine
         notebook.locator(".jp-Cell").nth(i).locator(".jp-OutputArea-output").filter(has_text=text).first.wait_for(
