@@ -28,18 +28,33 @@ def no_leaks():
     assert diff == [], f"test leaked state: {diff}"
 
 
+# Modules whose tests share a module-scoped fixture (a zoo sweep, a hub, a browser) or OS accounts: under
+# pytest-xdist (the README's command), each runs whole on one worker.
+TOGETHER = ("test_doctor_zoo.py", "test_room.py", "test_browser.py", "test_lab01_catalogue.py", "test_lab03_catalogue.py",
+            "test_limit.py", "test_l01_lab.py", "test_room_units.py")
+# The longest work first, so that two workers end together: the lessons (slowest first), the modules above,
+# the solutions and labs, then the unit tests.
+LESSONS_SLOWEST_FIRST = ("04_", "03_", "00_", "01_", "06_", "07_", "05_", "02_")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    """Start the notebooks first and drive the browser last.
-
-    ``test_course_has_lessons`` asks for the session fixture that starts every selected notebook in
-    background processes, so it goes first; the unit tests run while the notebooks execute; then the
-    notebook tests collect their results; the browser test, which runs kernels of its own, goes last.
-    """
     def place(item):
-        if item.name == "test_course_has_lessons":
-            return 0
-        return {"test_notebooks.py": 2, "test_browser.py": 3}.get(item.path.name, 1)
+        path = str(getattr(item, "callspec", None) and item.callspec.params.get("path", "") or "")
+        if item.path.name == "test_notebooks.py" and "/notebooks/" in path:
+            stem = path.rsplit("/", 1)[-1]
+            return (0, next((i for i, p in enumerate(LESSONS_SLOWEST_FIRST) if stem.startswith(p)), 9))
+        if item.path.name in TOGETHER:
+            return (1, TOGETHER.index(item.path.name))
+        if item.path.name == "test_notebooks.py" and "/solutions/" in path:
+            return (2, 0)
+        if item.path.name == "test_notebooks.py" and "/labs/" in path:
+            return (3, 0)
+        return (4, 0)
 
+    for item in items:
+        if item.path.name in TOGETHER:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
     items.sort(key=place)  # stable: within each group, pytest's own order
 
 

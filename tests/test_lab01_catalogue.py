@@ -726,8 +726,8 @@ def _by_torch_attribute(shapes, policy):
 
 
 def _by_gc(shapes, policy):
-    truth = next(o for o in gc.get_objects() if isinstance(o, types.FunctionType)
-                 and o.__qualname__ == "measure_graphs" and "l01" in o.__module__)
+    functions = filter(types.FunctionType.__instancecheck__, gc.get_objects())  # in C: not one call per object
+    truth = next(o for o in functions if o.__qualname__ == "measure_graphs" and "l01" in o.__module__)
     return truth(shapes, policy)
 
 

@@ -8,9 +8,9 @@ Who executes what (README, "Development"):
 - Solutions and labs run under **papermill**, because they need `STRICT`: solutions with STRICT=True
   must pass every check; untouched labs with STRICT=False must fail every check (a check that passes
   on a stub proves nothing).
-Every execution is a subprocess, and they run two at a time ($SHAPELAB_NOTEBOOK_WORKERS; a kernel uses
-about one core), started in collection order by the fixture ``runs`` at the start of the session (the
-unit tests run meanwhile): only the notebooks whose tests were selected run.
+Every execution is a subprocess, run when its test asks (fixture ``runs``): under the README's command
+(pytest-xdist, two workers) a notebook runs on one worker while the other goes on with other tests, and
+tests/conftest.py puts the notebooks first; only the notebooks whose tests were selected run.
 Budgets are the hard limits at CI size (lesson 90 s for now, see BUDGET_S; lab/solution 90 s), asserted on the CPU seconds
 the execution used (the kernel included), which do not grow when other jobs share the machine; the
 wall clock is held to the same limit times the workers and the load (a hang guard, see wall_limit()).
@@ -24,7 +24,6 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +41,8 @@ ALL = LESSONS + SOLUTIONS + LABS
 BUDGET_S = {"notebooks": 90, "solutions": 90, "labs": 90}
 PREDICT_PROMPT = "> **Predict first.**"
 ARTIFACTS = ROOT / "test-artifacts" / "executed"
-WORKERS = int(os.environ.get("SHAPELAB_NOTEBOOK_WORKERS", min(2, os.cpu_count() or 1)))
+# Notebooks running at once: one per pytest-xdist worker (the README runs two), each kernel about one core.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1))
 
 
 def _id(path: Path) -> str:
@@ -50,7 +50,6 @@ def _id(path: Path) -> str:
 
 
 TIMINGS = ROOT / "test-artifacts" / "timings.jsonl"
-_timings_lock = threading.Lock()
 
 
 @dataclass
@@ -86,7 +85,7 @@ def record_timing(path: Path, wall: float, cpu: float) -> None:
     """Append ``{notebook, wall_s, cpu_s}`` to test-artifacts/timings.jsonl: CPU seconds barely depend on the
     machine's load, so they estimate a quiet CI run's time when the wall clock is inflated by other jobs."""
     TIMINGS.parent.mkdir(parents=True, exist_ok=True)
-    with _timings_lock, TIMINGS.open("a") as fh:
+    with TIMINGS.open("a") as fh:  # one short append per line: whole lines from every worker
         fh.write(json.dumps({"notebook": _id(path), "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
                              "load": round(os.getloadavg()[0], 1)}) + "\n")
 
@@ -109,32 +108,29 @@ def run_papermill(path: Path, **parameters) -> Run:
     return Run(code, output, nb, seconds, cpu, checks)
 
 
-@pytest.fixture(scope="session")
-def runs(request):
-    """Start every selected notebook execution now, WORKERS at a time, in collection order.
+class Runs:
+    """Each notebook executed once per test process, when its test first asks (under pytest-xdist, the test
+    that asks runs on one worker while the other workers go on: the README's command uses two)."""
 
-    Session-wide: tests/conftest.py runs ``test_course_has_lessons`` (which asks for this fixture) first,
-    so the notebooks execute in the background while the library's unit tests run in this process.
-
-    Yields ``{(kind, path): Future[Run]}`` with kind "lesson", "solution" or "lab".
-    """
-    kinds = {"test_lesson_executes_under_nbval": "lesson", "test_solution_passes_every_check": "solution",
-             "test_untouched_lab_fails_every_check": "lab"}
-    jobs = []
-    for item in request.session.items:
-        kind = kinds.get(getattr(item, "originalname", ""))
-        if kind and Path(str(item.path)) == Path(__file__) and hasattr(item, "callspec"):
-            jobs.append((kind, item.callspec.params["path"]))
-    pool = ThreadPoolExecutor(max_workers=max(1, WORKERS), thread_name_prefix="notebook")
-    work = {"lesson": run_nbval, "solution": lambda p: run_papermill(p, STRICT=True),
+    WORK = {"lesson": lambda p: run_nbval(p), "solution": lambda p: run_papermill(p, STRICT=True),
             "lab": lambda p: run_papermill(p, STRICT=False)}
-    futures: dict[tuple, Future] = {(k, p): pool.submit(work[k], p) for k, p in jobs}
-    yield futures
-    pool.shutdown(wait=True, cancel_futures=True)
+
+    def __init__(self):
+        self.done: dict[tuple, Run] = {}
+
+    def result(self, kind: str, path: Path) -> Run:
+        if (kind, path) not in self.done:
+            self.done[(kind, path)] = self.WORK[kind](path)
+        return self.done[(kind, path)]
 
 
-def _result(runs: dict, kind: str, path: Path) -> Run:
-    return runs[(kind, path)].result()
+@pytest.fixture(scope="session")
+def runs() -> Runs:
+    return Runs()
+
+
+def _result(runs: Runs, kind: str, path: Path) -> Run:
+    return runs.result(kind, path)
 
 
 def budget(folder: str) -> float:

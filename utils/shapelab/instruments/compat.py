@@ -74,6 +74,8 @@ def release_differences() -> list[str]:
     out = []
     if not supports_compile_kwarg("recompile_limit"):
         out.append(f"torch.compile takes no recompile_limit= keyword (set torch._dynamo.config.{recompile_limit_name()})")
+    if not supports_compile_kwarg("isolate_recompiles"):
+        out.append("torch.compile takes no isolate_recompiles= keyword (new in 2.13): lesson 06 skips its two experiments")
     return out
 
 

@@ -218,20 +218,22 @@ def build_venv(release: str, venv: Path, wheels: Path | None) -> None:
     version, and the release's dependencies were downloaded beside it), else from the registry.
     """
     python, done = venv / "bin" / "python", venv / "matrix-complete"
+    reuse = False
     if done.exists():
         have = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
-        if have.returncode == 0 and have.stdout.strip().split("+")[0] == release:
-            return
-    shutil.rmtree(venv, ignore_errors=True)
-    _sh([sys.executable, "-m", "venv", venv])
+        reuse = have.returncode == 0 and have.stdout.strip().split("+")[0] == release
+    if not reuse:
+        shutil.rmtree(venv, ignore_errors=True)
+        _sh([sys.executable, "-m", "venv", venv])
     reqs = venv / "matrix-requirements.txt"
     reqs.write_text(requirements_for(release, (ROOT / "requirements.txt").read_text()))
     constraint = venv / "matrix-constraints.txt"
     constraint.write_text(f"torch=={release}\n")
     env = dict(os.environ, PIP_CONSTRAINT=str(constraint), PIP_DISABLE_PIP_VERSION_CHECK="1")
     links = ["--find-links", str(wheels)] if wheels else []
-    _sh([python, "-m", "pip", "install", "-q", *links, f"torch=={release}"], env=env)
-    _sh([python, "-m", "pip", "install", "-q", *links, "-r", reqs], env=env)
+    if not reuse:
+        _sh([python, "-m", "pip", "install", "-q", *links, f"torch=={release}"], env=env)
+    _sh([python, "-m", "pip", "install", "-q", *links, "-r", reqs], env=env)  # a reused venv gets new pins too
     done.write_text(release + "\n")  # only a venv that finished installing is reused
 
 
@@ -267,7 +269,7 @@ def run_release(release: str, wheels: Path | None, commit: str = "HEAD", work: P
     start = time.time()
     with (run_dir / "pytest.log").open("w") as log:
         try:
-            code = subprocess.run([venv / "bin" / "python", "-m", "pytest", "-p", "no:cacheprovider", "-q",
+            code = subprocess.run([venv / "bin" / "python", "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q",
                                    f"--junitxml={junit}", *pytest_args], cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT,
                                   timeout=timeout).returncode
         except subprocess.TimeoutExpired:
