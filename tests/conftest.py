@@ -28,16 +28,18 @@ def no_leaks():
     assert diff == [], f"test leaked state: {diff}"
 
 
-# Modules whose tests share a module-scoped fixture (a zoo sweep, a hub, a browser) or OS accounts: under
-# pytest-xdist (the README's command), each runs whole on one worker.
-TOGETHER = ("test_doctor_zoo.py", "test_room.py", "test_browser.py", "test_lab01_catalogue.py", "test_lab03_catalogue.py",
-            "test_limit.py", "test_l01_lab.py", "test_room_units.py")
+# Modules whose tests share a module-scoped fixture (a zoo sweep, a two-lab catalogue) or OS accounts: under
+# pytest-xdist (the README's command) each runs whole on one worker (the scheduler below).
+TOGETHER = ("test_doctor_zoo.py", "test_lab01_catalogue.py", "test_lab03_catalogue.py", "test_limit.py", "test_l01_lab.py",
+            "test_room_units.py")
+# The tests that drive a hub, JupyterLab and Chromium: one unit, run last, when the other worker has finished,
+# because on a loaded 2-core machine their waits for a kernel and a page time out (CI saw it).
+SERVERS = ("test_room.py", "test_browser.py")
 # The longest work first, so that two workers end together: the lessons (slowest first), the modules above,
-# the solutions and labs, then the unit tests.
+# the solutions and labs, the unit tests, then the servers.
 LESSONS_SLOWEST_FIRST = ("04_", "03_", "00_", "01_", "06_", "07_", "05_", "02_")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     def place(item):
         path = str(getattr(item, "callspec", None) and item.callspec.params.get("path", "") or "")
@@ -50,13 +52,28 @@ def pytest_collection_modifyitems(config, items):
             return (2, 0)
         if item.path.name == "test_notebooks.py" and "/labs/" in path:
             return (3, 0)
+        if item.path.name in SERVERS:
+            return (5, SERVERS.index(item.path.name))
         return (4, 0)
 
-    for item in items:
-        if item.path.name in TOGETHER:
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
     items.sort(key=place)  # stable: within each group, pytest's own order
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scope scheduling with one unit per test, except a module of TOGETHER (one unit) and the
+    SERVERS (one unit together). (Its ``xdist_group`` marks rename node ids, which pytest 9 no longer lets a
+    plugin do.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Together(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+            return "servers" if module in SERVERS else nodeid.split("::", 1)[0] if module in TOGETHER else nodeid
+
+    return Together(config, log)
 
 
 def pytest_report_header(config):
     return f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}"
+
+
