@@ -30,11 +30,12 @@ def no_leaks():
 
 # Modules whose tests share a module-scoped fixture (a zoo sweep, a two-lab catalogue) or OS accounts: under
 # pytest-xdist (the README's command) each runs whole on one worker (the scheduler below).
-TOGETHER = ("test_doctor_zoo.py", "test_lab01_catalogue.py", "test_lab03_catalogue.py", "test_limit.py", "test_l01_lab.py",
-            "test_room_units.py")
-# The tests that drive a hub, JupyterLab and Chromium: one unit, run last, when the other worker has finished,
-# because on a loaded 2-core machine their waits for a kernel and a page time out (CI saw it).
-SERVERS = ("test_room.py", "test_browser.py")
+TOGETHER = ("test_doctor_zoo.py", "test_browser.py", "test_lab01_catalogue.py", "test_lab03_catalogue.py", "test_limit.py",
+            "test_l01_lab.py", "test_room_units.py")
+# The tests that drive a hub with learners' servers and kernels: one unit, run last, when the other worker has
+# finished, because on a loaded 2-core machine their waits for a kernel and a page timed out (CI saw it; the
+# browser tests, one JupyterLab, passed under the same load).
+SERVERS = ("test_room.py",)
 # The longest work first, so that two workers end together: the lessons (slowest first), the modules above,
 # the solutions and labs, the unit tests, then the servers.
 LESSONS_SLOWEST_FIRST = ("04_", "03_", "00_", "01_", "06_", "07_", "05_", "02_")
@@ -61,7 +62,7 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's scope scheduling with one unit per test, except a module of TOGETHER (one unit) and the
-    SERVERS (one unit together). (Its ``xdist_group`` marks rename node ids, which pytest 9 no longer lets a
+    SERVERS (one unit). (Its ``xdist_group`` marks rename node ids, which pytest 9 no longer lets a
     plugin do.)"""
     from xdist.scheduler import LoadScopeScheduling
 

@@ -421,7 +421,9 @@ def _timer_mistake(got: float, calls: list[float]) -> str | None:
     truth = statistics.median(calls[1 + len(SlowFirstCall.SLOWER):] or warm)
     if _near(got, truth * 1000, 3.0) and not _near(got, first):
         return "on a hidden workload your timing is about a thousand times one call: return seconds, not milliseconds"
-    if len(warm) > 1 and got > truth * 2 and (_near(got, sum(warm), 1.3) or _near(got, sum(calls), 1.3)):
+    off = lambda target: abs(math.log(got / target))  # noqa: E731 (how far, as a ratio)
+    if len(warm) > 1 and got > truth * 2 and (_near(got, sum(warm), 1.3) or _near(got, sum(calls), 1.3)) and (
+            min(off(sum(warm)), off(sum(calls))) < off(with_first)):  # nearer a total than the compile averaged in
         return "on a hidden workload your timing is the total of many calls: return the seconds for one call"
     mean_warm = sum(warm) / len(warm)
     if (got > truth * 2 and (_near(got, first) or got >= first)) or (
