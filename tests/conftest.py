@@ -1,4 +1,7 @@
+import json
 import os
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -72,6 +75,27 @@ def pytest_xdist_make_scheduler(config, log):
             return "servers" if module in SERVERS else nodeid.split("::", 1)[0] if module in TOGETHER else nodeid
 
     return Together(config, log)
+
+
+TIMELINE = Path(__file__).resolve().parents[1] / "test-artifacts" / "timeline.jsonl"
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # the controller, once per run: this run's lines only
+        for path in (TIMELINE, TIMELINE.with_name("timings.jsonl")):
+            path.unlink(missing_ok=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """One line per test (worker, start, seconds, setup and teardown included) in test-artifacts/timeline.jsonl:
+    where a worker waited, for the CI budget (README, "Development")."""
+    start = time.time()
+    yield
+    TIMELINE.parent.mkdir(parents=True, exist_ok=True)
+    with TIMELINE.open("a") as fh:  # one short append per line: whole lines from every worker
+        fh.write(json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid,
+                             "start": round(start, 2), "seconds": round(time.time() - start, 2)}) + "\n")
 
 
 def pytest_report_header(config):

@@ -99,12 +99,21 @@ def test_compare_lists_only_figures_that_changed():
     pinned = {"a": "1 graph", "b": "3 graphs", "c": "x"}
     assert matrix.compare(pinned, pinned) == []
     assert matrix.compare({"a": "2 graphs", "b": "3 graphs", "d": "new"}, pinned) == [
-        {"figure": "a", "pinned": "1 graph", "this": "2 graphs"}]  # c and d: one run only, not a difference
+        {"figure": "a", "pinned": "1 graph", "this": "2 graphs", "timing": False}]  # c and d: one run only
+
+
+def test_compare_ignores_the_build_tag_and_a_sets_order_and_marks_timing_verdicts():
+    pinned = {"tag": "PyTorch #.0+cpu, counts [1, 2]", "set": "{'zero_one', 'dimension'} cause kinds",
+              "t": "a against b: not distinguishable on this machine (medians # and #; their IQRs overlap)"}
+    this = {"tag": "PyTorch #.0+cu132, counts [1, 2]", "set": "{'dimension', 'zero_one'} cause kinds",
+            "t": "a is slower than b: # its time (range #..#; medians # and #, IQRs apart)"}
+    assert matrix.compare(this, pinned) == [{"figure": "t", "pinned": pinned["t"], "this": this["t"], "timing": True}]
+    assert matrix.compare({"set": "{'dimension', 'stride'} cause kinds"}, pinned)[0]["timing"] is False
 
 
 def test_table_rows_and_comparisons_come_from_the_records():
     records = matrix.with_comparisons([record(matrix.PINNED, figures={"a": "1"}), record("2.15.0", nb=(29, 30), figures={"a": "2"})])
-    assert records[1]["count_differences"] == [{"figure": "a", "pinned": "1", "this": "2"}]
+    assert records[1]["count_differences"] == [{"figure": "a", "pinned": "1", "this": "2", "timing": False}]
     lines = matrix.table(records).splitlines()
     assert len(lines) == 4 and "(this is the pin)" in lines[2] and "| yes |" in lines[2]
     assert "29 / 30" in lines[3] and "1 of 1 both runs printed" in lines[3] and "| no |" in lines[3]

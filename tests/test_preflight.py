@@ -43,8 +43,10 @@ def test_passes_on_this_machine_with_a_timed_compile():
     code, out = run_preflight()
     assert code == 0, out
     assert "Verdict: READY" in out
-    for check in ("Python", "PyTorch", "Device", "Inductor compile", "JupyterLab", "Widgets"):
+    for check in ("Python", "Device", "Inductor compile", "JupyterLab", "Widgets"):
         assert " ok " in row(out, check) + " ", out
+    tested = compat.check_supported() is None  # a release the whole course ran on; else a warning, not a failure
+    assert (" ok " if tested else " warn ") in row(out, "PyTorch") + " ", out
     assert "s for one small kernel" in row(out, "Inductor compile")
     assert ("Triton" if torch.cuda.is_available() else "C++ compiler") in out
     assert "Traceback" not in out

@@ -17,14 +17,21 @@ def reveal(predicted, measured, what: str = "") -> bool | None:
     """
     unit = f" {what}" if what else ""
     if unanswered(predicted):
-        print(f"No prediction written (predicted = ...); the run measured {measured!r}{unit}.")
+        print(f"No prediction written (predicted = ...); the run measured {_shown(measured)}{unit}.")
         agree = None  # the room counts it as left unanswered, not as a prediction
     else:
         agree = _normalise(predicted) == _normalise(measured)
         verdict = "as you predicted" if agree else "not what you predicted"
-        print(f"You predicted {predicted!r}; the run measured {measured!r}{unit}: {verdict}.")
+        print(f"You predicted {_shown(predicted)}; the run measured {_shown(measured)}{unit}: {verdict}.")
     room_client.record_reveal(predicted, measured, what, agree)  # sends only inside a room
     return agree
+
+
+def _shown(value) -> str:
+    """``repr(value)``, a set's elements sorted: a set of strings prints in another order in each process."""
+    if isinstance(value, (set, frozenset)) and value:
+        return "{" + ", ".join(sorted(map(repr, value))) + "}"
+    return repr(value)
 
 
 def _normalise(value):

@@ -109,8 +109,8 @@ def import_torch():
                              f"pip install torch=={pin}  (the course's pin; or: pip install -r requirements.txt)")
         return None, Row("PyTorch", FAIL, f"{version}, but the course library cannot load ({_first_line(e)})",
                          "pip install -e .  (in the course folder), or: " + INSTALL.format(pin=pin))
-    if note:
-        return torch, Row("PyTorch", WARN, f"{version}, newer than tested ({_range_text()})",
+    if note:  # accepted, but the whole course has not run on this release (compat.TESTED)
+        return torch, Row("PyTorch", WARN, f"{version}, not one the whole course ran on ({', '.join(compat.TESTED)}; {_range_text()})",
                           f"works, but counts may differ from the text; for the tested figures: pip install torch=={pin}")
     return torch, Row("PyTorch", OK, f"{version} ({_range_text()})")
 
