@@ -35,12 +35,12 @@ def no_leaks():
 # pytest-xdist (the README's command) each runs whole on one worker (the scheduler below).
 TOGETHER = ("test_doctor_zoo.py", "test_browser.py", "test_lab01_catalogue.py", "test_lab03_catalogue.py", "test_limit.py",
             "test_l01_lab.py", "test_room_units.py")
-# The tests that drive a hub with learners' servers and kernels: one unit, run last, when the other worker has
-# finished, because on a loaded 2-core machine their waits for a kernel and a page timed out (CI saw it; the
-# browser tests, one JupyterLab, passed under the same load).
+# The tests that drive a hub with learners' servers and kernels: one unit, first, beside one lesson on the other
+# worker. They wait on processes more than they compute (57 s alone on a quiet machine): run last, they were a
+# tail with one worker idle; run at the end of a loaded queue, their waits for a kernel and a page timed out once.
 SERVERS = ("test_room.py",)
-# The longest work first, so that two workers end together: the lessons (slowest first), the modules above,
-# the solutions and labs, the unit tests, then the servers.
+# The longest work first, so that two workers end together: the servers, the lessons (slowest first), the
+# modules above, the solutions and labs, then the unit tests.
 LESSONS_SLOWEST_FIRST = ("04_", "03_", "00_", "01_", "06_", "07_", "05_", "02_")
 
 
@@ -57,7 +57,7 @@ def pytest_collection_modifyitems(config, items):
         if item.path.name == "test_notebooks.py" and "/labs/" in path:
             return (3, 0)
         if item.path.name in SERVERS:
-            return (5, SERVERS.index(item.path.name))
+            return (-1, SERVERS.index(item.path.name))
         return (4, 0)
 
     items.sort(key=place)  # stable: within each group, pytest's own order

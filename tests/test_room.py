@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from chromium import browser  # noqa: F401 (the fixture the logins are driven with)
+from chromium import browser, system_ready  # noqa: F401 (the fixture the logins are driven with)
 from shapelab.room import accounts, loadtest, manifest
 from shapelab.room.client import TIMEOUT
 from shapelab.room.hub import LANDING, Room, load
@@ -58,6 +58,7 @@ ROOM_SCOPE = "access:services!service=room"
 def _missing() -> str | None:
     if os.geteuid() != 0:
         return "the room makes OS users: run as root"
+    system_ready()
     if not shutil.which("configurable-http-proxy"):
         return "configurable-http-proxy is missing (npm install -g configurable-http-proxy)"
     if not shutil.which("useradd") or not shutil.which("runuser"):

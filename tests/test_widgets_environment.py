@@ -173,12 +173,12 @@ def test_to_html_renders_figures_tables_and_text():
     assert "&lt;b&gt;" in to_html("<b>")
 
 
-def test_setup_prints_environment_and_inductor_check(capsys):
+def test_setup_prints_environment(capsys):
+    # inductor_check's real compile (about 13 s from its empty cache) is timed once, by the pre-flight's
+    # test through its command (tests/test_preflight.py), and by lesson 00's run.
     dev, scale, backend = setup("cpu")
     out = capsys.readouterr().out
     assert scale == "ci" and dev.type == "cpu" and torch.__version__ in out and "CPU" in out
-    check = inductor_check("cpu")
-    assert check.ok and check.seconds > 0, check.message
 
 
 def test_inductor_check_reports_a_missing_compiler(monkeypatch, tmp_path):
