@@ -688,11 +688,13 @@ def test_ctrl_c_stops_everything_and_the_room_starts_again(hub):
     assert (hub.homes / bob).stat().st_mode & 0o777 == 0o700
     assert (hub.homes / bob / "labs" / f"{LAB.id}.ipynb").stat().st_mode & 0o777 == 0o600
     assert hub.api("GET", f"/users/{alice}")[0] == 200
-    deadline = time.monotonic() + 60
-    while "warm-up: " not in hub.log.read_text():
-        assert time.monotonic() < deadline, f"the warm-up said nothing:\n{hub.tail()}"
+    # The warm-up runs niced: on a loaded machine its first line can take most of a minute (CI saw 50 s), so the
+    # test waits for the room to say it started one and for its process, not for the warm-up's own output.
+    deadline, warming = time.monotonic() + 30, []
+    while not warming:
+        assert time.monotonic() < deadline, f"no warm-up process:\n{hub.tail()}"
         time.sleep(0.3)
-    warming = [p for p in hub.processes() if "shapelab.tools.warmup" in " ".join(p.cmdline())]
-    assert warming, hub.tail()
+        warming = [p for p in hub.processes() if "shapelab.tools.warmup" in " ".join(p.cmdline())]
+    assert "warming Inductor's cache in the background" in hub.log.read_text(), hub.tail()
     assert hub.interrupt() == 0, hub.tail()
     assert not hub.processes(), [" ".join(p.cmdline()) for p in hub.processes()]
