@@ -105,7 +105,7 @@ def test_compare_lists_only_figures_that_changed():
 def test_compare_ignores_the_build_tag_and_a_sets_order_and_marks_timing_verdicts():
     pinned = {"tag": "PyTorch #.0+cpu, counts [1, 2]", "set": "{'zero_one', 'dimension'} cause kinds",
               "t": "a against b: not distinguishable on this machine (medians # and #; their IQRs overlap)"}
-    this = {"tag": "PyTorch #.0+cu132, counts [1, 2]", "set": "{'dimension', 'zero_one'} cause kinds",
+    this = {"tag": "PyTorch #.1+cu132, counts [1, 2]", "set": "{'dimension', 'zero_one'} cause kinds",
             "t": "a is slower than b: # its time (range #..#; medians # and #, IQRs apart)"}
     assert matrix.compare(this, pinned) == [{"figure": "t", "pinned": pinned["t"], "this": this["t"], "timing": True}]
     assert matrix.compare({"set": "{'dimension', 'stride'} cause kinds"}, pinned)[0]["timing"] is False

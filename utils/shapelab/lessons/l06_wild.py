@@ -389,13 +389,16 @@ def _calls(case: str, fix: str, tracker: Tracker, steps: int, seed: int) -> list
         return calls
     if case == "layers":
         blocks = [_Block(i, as_tensor=fix == "buffer") for i in range(12)]
-        kw = {"isolate_recompiles": True} if fix == "isolate" and compile_kwargs()["isolate_recompiles"] else {}
+        if fix == "isolate" and not compile_kwargs()["isolate_recompiles"]:
+            raise ValueError(f"isolate_recompiles= is new in PyTorch 2.13; torch.compile on {torch.__version__} "
+                             "does not take it: pick another fix")
+        kw = {"isolate_recompiles": True} if fix == "isolate" else {}
         compiled = [torch.compile(b, backend=tracker, **kw) for b in blocks]
         x = rnd(4, 16)
         return [(lambda c=c: c(x), None) for c in compiled]
     if case == "service":
-        kw = {"dynamic": False, "recompile_limit": 2} if fix == "limit" else {}
-        compiled = torch.compile(_serve, backend=tracker, **kw)
+        compiled = (compile_with_limit(_serve, 2, backend=tracker, dynamic=False) if fix == "limit"
+                    else torch.compile(_serve, backend=tracker))
         calls = []
         for i, n in enumerate([8, 16, 8, 16, 1, 32, 1, 8]):
             x = rnd(n, 4, 8)

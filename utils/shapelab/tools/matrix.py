@@ -40,6 +40,7 @@ REVEAL = re.compile(r"the run measured (.+?)(?:: (?:as you predicted|not what yo
 # What varies from run to run on one release: timings and other decimals, memory. Masked before comparing.
 TIMING = re.compile(r"\d+(?:\.\d+)?\s*(?:ms|µs|us|ns|s|x|%|MB|KB|GB|MiB|KiB)(?![\w])|\d+\.\d+")
 BUILD = re.compile(r"\+(?:cpu|cu\d+|rocm[\d.]+|xpu)\b")  # a wheel's build tag: the same release on another index
+RELEASE = re.compile(r"PyTorch (?:#|\d+\.\d+)\.\d+")  # a figure that names the release it ran on (2.13 masked as #)
 SET_OF_WORDS = re.compile(r"\{('[^'{}]*'(?:, '[^'{}]*')+)\}")  # a printed set of strings: its order varies by process
 # The course's timing rule words each verdict so (timing.Comparison): one on a shared machine may go either way.
 TIMING_VERDICT = re.compile(rf"{NOT_DISTINGUISHABLE}|is (?:slower|faster) than")
@@ -82,8 +83,9 @@ def collect_figures(artifacts: Path) -> dict[str, str]:
 
 
 def comparable(figure: str) -> str:
-    """A figure as two runs of the same behaviour print it alike: no build tag, a set's words in order."""
-    return SET_OF_WORDS.sub(lambda m: "{" + ", ".join(sorted(m.group(1).split(", "))) + "}", BUILD.sub("", figure))
+    """A figure as two runs of the same behaviour print it alike: no release or build tag, a set's words in order."""
+    figure = RELEASE.sub("PyTorch <release>", BUILD.sub("", figure))
+    return SET_OF_WORDS.sub(lambda m: "{" + ", ".join(sorted(m.group(1).split(", "))) + "}", figure)
 
 
 def compare(figures: dict[str, str], pinned: dict[str, str]) -> list[dict]:
