@@ -4,18 +4,24 @@ import torch
 from shapelab import compat
 
 
-def test_version_parsing_and_supported_range():
+def test_version_parsing_and_supported_range(monkeypatch):
     assert compat.torch_version("2.13.0+cpu") == (2, 13, 0)
     assert compat.torch_version("2.14.0a0+git1234") == (2, 14, 0)
     assert compat.check_supported("2.13.0") is None and compat.check_supported("2.13.1") is None  # the pin's minor
-    for accepted in ("2.11.1", "2.15.0"):  # accepted, not run in full: the notice says so, and what may differ
-        note = compat.check_supported(accepted)
+    assert all(compat.check_supported(r) is None for r in compat.TESTED)
+    with monkeypatch.context() as m:  # a release accepted but not run in full: the notice says so, and what may differ
+        m.setattr(compat, "TESTED", (compat.PINNED,))
+        note = compat.check_supported("2.15.0")
         assert "has not run on it yet" in note and all(what in note for what in compat.MAY_DIFFER)
     note = compat.check_supported("2.16.0")
     assert "newer than the course" in note and all(r in note for r in compat.TESTED)
     assert all(what in note for what in compat.MAY_DIFFER)  # outside the tested releases: what may differ
     with pytest.raises(compat.UnsupportedTorchError, match="pip install torch==2.13.0"):
         compat.check_supported("2.10.0")
+    with pytest.raises(compat.UnsupportedTorchError, match="the recompile doctor names wrong causes"):
+        compat.check_supported("2.12.1")  # ran by the matrix, below the range: says what failed there
+    monkeypatch.setenv(compat.TRY_ENV, "1")  # the matrix tries an older release
+    assert "tried anyway" in compat.check_supported("2.11.0")
     with pytest.raises(ValueError):
         compat.torch_version("nightly")
 
