@@ -177,6 +177,11 @@ def with_comparisons(records: list[dict]) -> list[dict]:
     return records
 
 
+def timing_verdicts(differences: list[dict] | None) -> int:
+    """How many of a record's differences are timing verdicts (``compare`` marks them)."""
+    return sum(d.get("timing", False) for d in differences or [])
+
+
 def table(records: list[dict]) -> str:
     """The README's table: one row per record."""
     rows = ["| PyTorch | run on | commit | notebooks passing | unit tests passed / failed | figures that differ from "
@@ -185,7 +190,7 @@ def table(records: list[dict]) -> str:
     for r in records:
         nb, unit, diff = r["notebooks"], r["unit_tests"], r.get("count_differences")
         both = len(set(r.get("figures", {})) & set(pinned_figures))
-        timing = sum(d.get("timing", False) for d in diff or [])
+        timing = timing_verdicts(diff)
         differ = ("(this is the pin)" if r["release"] == PINNED else "no pinned record" if diff is None
                   else f"{len(diff) - timing} of {both} both runs printed" + (f", and {timing} timing verdict{'s' if timing > 1 else ''}" if timing else "")
                   + (f" (`{RECORDS}/torch-{r['release']}.json`)" if diff else ""))
@@ -333,7 +338,7 @@ def main(argv=None) -> int:
         print(f"{r['torch']}: notebooks {r['notebooks']['passed']}/{r['notebooks']['total']}, unit tests "
               f"{r['unit_tests']['passed']} passed, {r['unit_tests']['failed'] + r['unit_tests']['errors']} failed, "
               f"{len(r['count_differences'] or [])} figures differ from {PINNED} "
-              f"({sum(d.get('timing', False) for d in r['count_differences'] or [])} of them timing verdicts), passes: {passes(r)}")
+              f"({timing_verdicts(r['count_differences'])} of them timing verdicts), passes: {passes(r)}")
     return 0
 
 
