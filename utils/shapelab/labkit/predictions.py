@@ -6,6 +6,7 @@ moves on, so restart-and-run-all and CI work on an untouched notebook.
 from __future__ import annotations
 
 from ..room import client as room_client
+from . import learning
 from .checks import unanswered
 
 
@@ -23,6 +24,7 @@ def reveal(predicted, measured, what: str = "") -> bool | None:
         agree = _normalise(predicted) == _normalise(measured)
         verdict = "as you predicted" if agree else "not what you predicted"
         print(f"You predicted {_shown(predicted)}; the run measured {_shown(measured)}{unit}: {verdict}.")
+    learning.note(room_client._calling_line(depth=1), agree)  # this kernel's own record, for "what you learned"
     room_client.record_reveal(predicted, measured, what, agree)  # sends only inside a room
     return agree
 

@@ -1,0 +1,151 @@
+"""What you learned: each concept's right-before and right-after, from this kernel's own predictions (issue 30).
+
+Every ``S.reveal`` notes its line and whether the prediction agreed (``note``, called by ``reveal``). At the
+end of a lesson ``summary(lesson)`` reads those notes against the course's manifest: a ``Predict first``
+prompt tagged ``concept:NAME`` tests the concept before the lesson taught it, a ``Post question`` of the
+same concept after. A prompt counts its first answered reveal only: an answer changed after the run
+printed the measurement is no longer a prediction. A prompt left as ``...`` counts as unanswered.
+
+Nothing leaves the machine (a room gets each reveal through ``room.client``, not from here). Across lessons
+the summary keeps one line per lesson and kernel in a file of the learner's own, ``~/.shapelab/learning.jsonl``
+(``$SHAPELAB_LEARNING_FILE`` elsewhere; the directory mode 0700, the file 0600), and only when the kernel
+answered something. A missing, unreadable or corrupt file never stops the lesson: one line says so.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+from ..instruments.display import Table
+
+FILE_ENV = "SHAPELAB_LEARNING_FILE"
+KERNEL = uuid.uuid4().hex  # this kernel's runs of a lesson replace each other in the file, not other kernels'
+_notes: list[dict] = []   # this kernel's reveals, in order: {"line": ..., "agreed": True/False/None}
+
+
+def note(line: str, agreed: bool | None) -> None:
+    """Keep one reveal of this kernel (``agreed`` None: the prediction was left unanswered)."""
+    _notes.append({"line": line, "agreed": agreed})
+
+
+def scores(lesson, notes: list[dict]) -> list[dict]:
+    """Per concept of ``lesson`` (a manifest ``Lesson``), in the lesson's order: the prompts answered and
+    right before (``pre``) and after (``post``), and the prompts reached but left unanswered."""
+    first: dict[str, bool | None] = {}  # line -> the first answered verdict (None while only blanks)
+    for n in notes:
+        if first.get(n["line"]) is None:
+            first[n["line"]] = n["agreed"]
+    rows: dict[str, dict] = {}
+    for p in lesson.prompts:
+        if not p.concept:
+            continue
+        row = rows.setdefault(p.concept, {"concept": p.concept, "pre_right": 0, "pre_answered": 0,
+                                          "post_right": 0, "post_answered": 0, "unanswered": 0})
+        if p.line not in first:
+            continue  # not reached
+        if first[p.line] is None:
+            row["unanswered"] += 1
+        else:
+            row[f"{p.phase}_answered"] += 1
+            row[f"{p.phase}_right"] += bool(first[p.line])
+    return list(rows.values())
+
+
+def table(rows: list[dict]) -> Table:
+    """The learner's table: per concept, right before and right after, as "1 of 2"."""
+    def share(row, phase):
+        answered = row[f"{phase}_answered"]
+        return f"{row[f'{phase}_right']} of {answered}" if answered else "not answered"
+    return Table({"concept": r["concept"], "right before": share(r, "pre"), "right after": share(r, "post")}
+                 for r in rows)
+
+
+def answered(rows: list[dict]) -> bool:
+    return any(r["pre_answered"] or r["post_answered"] for r in rows)
+
+
+def path() -> Path:
+    """The learner's file: ``$SHAPELAB_LEARNING_FILE``, or ~/.shapelab/learning.jsonl."""
+    return Path(os.environ.get(FILE_ENV) or Path.home() / ".shapelab" / "learning.jsonl")
+
+
+def save(lesson_id: str, rows: list[dict], file: Path | None = None) -> bool:
+    """Append this kernel's rows for ``lesson_id`` to the learner's file, private to them; False (after one
+    line) when the file cannot be written."""
+    file = file or path()
+    try:
+        file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(file.parent, 0o700)  # mkdir's mode is masked by the umask, and an existing folder keeps its own
+        fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as fh:
+            os.fchmod(fd, 0o600)
+            fh.write(json.dumps({"lesson": lesson_id, "kernel": KERNEL, "at": time.time(), "concepts": rows}) + "\n")
+        return True
+    except OSError as e:
+        print(f"(your record across lessons was not saved to {file}: {e.strerror or e}; the lesson goes on)")
+        return False
+
+
+def history(file: Path | None = None) -> dict[str, list[dict]]:
+    """Each lesson's rows from the learner's file: the first kernel that answered it (later runs have seen the
+    answers), its latest write. Lines that are not a record are skipped; an unreadable file gives {}."""
+    file = file or path()
+    try:
+        lines = file.read_text().splitlines() if file.exists() else []
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"(your record across lessons in {file} could not be read: {getattr(e, 'strerror', None) or e})")
+        return {}
+    chosen: dict[str, tuple[str, list[dict]]] = {}  # lesson -> (kernel, rows)
+    for line in lines:
+        try:
+            rec = json.loads(line)
+            lesson, kernel, rows = str(rec["lesson"]), str(rec["kernel"]), list(rec["concepts"])
+            rows = [{k: r[k] for k in ("concept", "pre_right", "pre_answered", "post_right", "post_answered")}
+                    for r in rows]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if lesson not in chosen or chosen[lesson][0] == kernel:
+            chosen[lesson] = (kernel, rows)
+    return {lesson: rows for lesson, (_, rows) in chosen.items()}
+
+
+def across(lessons: dict[str, list[dict]]) -> Table:
+    """One row per lesson: the concepts' prompts right before and their post questions right after."""
+    return Table({"lesson": lesson,
+                  "right before": f"{sum(r['pre_right'] for r in rows)} of {sum(r['pre_answered'] for r in rows)}",
+                  "right after": f"{sum(r['post_right'] for r in rows)} of {sum(r['post_answered'] for r in rows)}"}
+                 for lesson, rows in sorted(lessons.items()))
+
+
+def summary(lesson_id: str, manifest=None, notes: list[dict] | None = None) -> None:
+    """The lesson's "what you learned" cell: this kernel's table per concept, saved to the learner's file,
+    and, when that file holds other lessons too, one row per lesson."""
+    from ..room import manifest as course
+
+    lesson = (manifest or course.load()).lesson(lesson_id)
+    if lesson is None:
+        print(f"{lesson_id} is not a lesson of the course's manifest: nothing to summarise.")
+        return
+    rows = scores(lesson, _notes if notes is None else notes)
+    if not answered(rows):
+        print("No predictions written in this kernel (each was left as ...): nothing to compare before and after. "
+              "Write yours in the `predicted = ...` cells and run them again.")
+        return
+    print(f"What you learned in {lesson_id}, from this kernel's predictions (first answer of each prompt):")
+    _show(table(rows))
+    save(lesson_id, rows)
+    others = history()
+    if len(others) > 1:
+        print(f"Across lessons (from {path()}, yours alone):")
+        _show(across(others))
+
+
+def _show(t: Table) -> None:
+    try:
+        from IPython.display import display
+        display(t)
+    except ImportError:
+        print(t)
