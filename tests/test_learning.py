@@ -7,6 +7,7 @@ manifest is what the notebooks give is its test_manifest_is_what_the_notebooks_g
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import os
 import stat
@@ -101,12 +102,15 @@ def test_reveal_notes_the_line_that_called_it_in_a_kernel(learner_file, capsys):
 
     config = Config()
     config.HistoryManager.enabled = False  # no history thread, no file
+    had = set(vars(builtins))
     shell = InteractiveShell.instance(config=config)
     try:
         shell.run_cell("import shapelab as S\npredicted_made_up = 3\nS.reveal(predicted_made_up, 1 + 2, 'graphs')",
                        store_history=True)
     finally:
         InteractiveShell.clear_instance()
+        for name in set(vars(builtins)) - had:  # __IPYTHON__ and display: later tests must not think they run in IPython
+            delattr(builtins, name)
     assert learning._notes == [_note("S.reveal(predicted_made_up, 1 + 2, 'graphs')", True)]
     capsys.readouterr()
 
