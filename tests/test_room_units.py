@@ -3,6 +3,7 @@ migrations on SQLite and on a real PostgreSQL server of the test's own, the hub'
 and the Kubernetes values. The room on a real hub is tests/test_room.py."""
 from __future__ import annotations
 
+import csv
 import io
 import os
 import re
@@ -14,6 +15,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -236,7 +238,7 @@ def test_store_migrates_an_old_database_and_keeps_its_records(db_url):
         assert conn.execute(sa.select(store.schema_version.c.version)).scalar() == store.VERSION
         if s.engine.dialect.name == "sqlite":
             assert conn.execute(sa.text("PRAGMA journal_mode")).scalar() == "wal"
-    assert [(r["id"], r["answered"]) for r in s.records("reveal")] == [(record["id"], True)]  # v3: a prediction
+    assert [(r["id"], r["answered"], r["round"]) for r in s.records("reveal")] == [(record["id"], True, 1)]  # v3, v4
     assert store.migrate(s.engine) == store.VERSION  # a second start changes nothing
     with s.engine.begin() as conn:
         conn.execute(store.schema_version.update().values(version=store.VERSION + 1))
@@ -291,6 +293,7 @@ def test_store_ddl_for_postgresql():
     assert "agreed BOOLEAN NOT NULL" in text and "PRIMARY KEY (id)" in text
     assert "CREATE INDEX reveals_by_prompt ON reveals (lesson, prompt)" in text
     assert "ALTER TABLE reveals ADD COLUMN answered BOOLEAN NOT NULL DEFAULT TRUE" in text and "CREATE TABLE removals" in text
+    assert 'ALTER TABLE reveals ADD COLUMN "round" INTEGER NOT NULL DEFAULT 1' in text and "CREATE TABLE rounds" in text
 
 
 def test_hub_configuration():
@@ -685,7 +688,7 @@ def test_the_page_an_instructor_teaches_from(tmp_path, fake_hub, browser):
         # the instructor frames the first prompt: it stays framed over a reload, until "follow the room"
         page.locator(f'details.lesson[data-lesson="{lesson.id}"] li').nth(0).locator("button.pin").click()
         assert framed.get_attribute("data-prompt") == lesson.prompts[0].line and "pinned" in framed.inner_text()
-        value = framed.locator("details.value")  # dave's long prediction: folded, in full on a click
+        value = framed.locator(".bar details.value")  # dave's long prediction: folded, in full on a click
         assert value.locator("summary").inner_text().endswith("…")
         value.locator("summary").click()
         assert value.locator("div").inner_text() == long_value and value.locator("div").is_visible()
@@ -711,24 +714,30 @@ def test_the_page_an_instructor_teaches_from(tmp_path, fake_hub, browser):
         room.close()
 
 
-def test_a_concepts_gain_before_and_after(tmp_path):
-    """Prompts tagged concept:sizes and their post question: right before and after over the learners who
-    answered both, g = (post - pre) / (1 - pre); who answered only one side is counted apart."""
+def _course(tmp_path, asks: list[tuple]) -> "manifest.Manifest":
+    """A course of one lesson, 01_x, in ``tmp_path``: per (label, question, concept, value, ideas) a prompt cell
+    tagged concept:CONCEPT (with metadata wrong_answers = ideas) and its reveal ``S.reveal(predicted_I, VALUE)``;
+    and a lab of one check."""
     import nbformat
     from shapelab.room import manifest
 
-    def ask(label, text):
-        return nbformat.v4.new_markdown_cell(f"> **{label}.** {text}", metadata={"tags": ["concept:sizes"]})
-
-    cells = [nbformat.v4.new_markdown_cell("# 01 · x"), ask("Predict first", "How many?"),
-             nbformat.v4.new_code_cell("S.reveal(predicted_a, 2)"), ask("Predict first", "And now?"),
-             nbformat.v4.new_code_cell("S.reveal(predicted_b, 3)"), ask("Post question", "A new case?"),
-             nbformat.v4.new_code_cell("S.reveal(predicted_post, 4)")]
+    cells = [nbformat.v4.new_markdown_cell("# 01 · x")]
+    for i, (label, question, concept, value, ideas) in enumerate(asks):
+        cells += [nbformat.v4.new_markdown_cell(f"> **{label}.** {question}", metadata={"tags": [f"concept:{concept}"]}
+                                                | ({"wrong_answers": ideas} if ideas else {})),
+                  nbformat.v4.new_code_cell(f"S.reveal(predicted_{i}, {value})")]
     for folder, name, nb_cells in (("notebooks", "01_x.ipynb", cells),
                                    ("solutions", "01_x_lab.ipynb", [nbformat.v4.new_code_cell('c = S.Checker("01_x")')])):
         (tmp_path / folder).mkdir()
         nbformat.write(nbformat.v4.new_notebook(cells=nb_cells), tmp_path / folder / name)
-    m = manifest.Manifest(manifest.build(tmp_path))
+    return manifest.Manifest(manifest.build(tmp_path))
+
+
+def test_a_concepts_gain_before_and_after(tmp_path):
+    """Prompts tagged concept:sizes and their post question: right before and after over the learners who
+    answered both, g = (post - pre) / (1 - pre); who answered only one side is counted apart."""
+    m = _course(tmp_path, [("Predict first", "How many?", "sizes", 2, {}), ("Predict first", "And now?", "sizes", 3, {}),
+                           ("Post question", "A new case?", "sizes", 4, {})])
     assert [(p.concept, p.phase) for p in m.lessons[0].prompts] == [("sizes", "pre"), ("sizes", "pre"), ("sizes", "post")]
     s = store.Store(f"sqlite:///{tmp_path / 'room.sqlite'}")
     answers = {"ann": (True, True, True), "ben": (False, True, True), "cat": (False, False, False),
@@ -742,4 +751,144 @@ def test_a_concepts_gain_before_and_after(tmp_path):
     (concept,) = s.room(m, [], "")["concepts"]
     assert concept["n"] == 3 and concept["pre"] == 3 / 6 and concept["post"] == 2 / 3
     assert concept["g"] == pytest.approx((2 / 3 - 1 / 2) / (1 - 1 / 2)) and (concept["only_pre"], concept["only_post"]) == (1, 1)
+    s.engine.dispose()
+
+
+# A simulated room of 30 on one lesson with two concepts (prompts 0-1 pre-test "sizes", 2 is its post question;
+# 3 pre-tests "marks", 4 is its post question). Per learner, per prompt: "R" right, a wrong answer's text, None
+# left unanswered, "-" not sent; a tuple is a changed answer (sent in that order, the last counts).
+VALUES = ["2", "3", "4", "5", "6"]  # what each prompt's kernels measure
+CONCEPTS = {"sizes": ([0, 1], [2]), "marks": ([3], [4])}
+IDEA = "expects the first graph to be dynamic already; the default specialises the first size"
+GROUPS = [("r", 8, ["R", "R", "R", "R", "R"]),           # right throughout
+          ("l", 6, ["1", "9", "R", "9", "R"]),           # wrong before, right after: learned
+          ("w", 4, ["1", "9", "9", "9", "9"]),           # wrong throughout (w4 forges its measurement on prompt 0)
+          ("b", 3, [None, None, "R", None, "R"]),        # left every prompt blank: after only
+          ("c", 3, [("9", "R"), "R", "9", ("R", "9"), "R"]),  # changed their answers
+          ("late", 2, ["R", "R", "R", "R", "R"]),        # joined 15 minutes late
+          ("p", 1, ["-", "-", "R", "-", "9"]),           # answered only the post questions
+          ("q", 1, ["1", "-", "-", "-", "-"]),           # one answer, then quiet
+          ("m", 2, ["R", "9", "R", "9", "9"])]           # mixed
+T0 = time.mktime((2026, 3, 10, 12, 0, 0, 0, 0, -1))  # noon on the room's clock: one session, whatever its zone
+WEEK = 7 * 24 * 3600
+
+
+def _simulate(m, s):
+    """Store the room's answers with their times; returns {user: [latest answer per prompt]} and the round-2 voters."""
+    prompts = m.lessons[0].prompts
+    table = {}
+    for group, count, answers in GROUPS:
+        for k in range(1, count + 1):
+            table[f"{group}{k}"] = answers
+    assert len(table) == 30
+
+    def send(user, index, answer, at):
+        predicted = None if answer is None else (VALUES[index] if answer == "R" else answer)
+        measured = "7" if (user, index) == ("w4", 0) else VALUES[index]  # a forged kernel: "as predicted" with 7
+        predicted = "7" if (user, index) == ("w4", 0) else predicted
+        s.add("reveal", user, {"id": uuid.uuid4().hex, "lesson": "01_x", "prompt": prompts[index].line,
+                               "predicted": predicted, "measured": measured,
+                               "agreed": None if predicted is None else predicted == measured}, at=at)
+
+    for i, (user, answers) in enumerate(table.items()):
+        start = T0 + (15 * 60 if user.startswith("late") else 0)
+        for index, answer in enumerate(answers):
+            if index in (2, 4) and not user.startswith("late"):
+                at = T0 + 20 * 60 + i + index  # the post questions, at the lesson's end
+            else:
+                at = start + 60 * index + i
+            for n, one in enumerate(answer if isinstance(answer, tuple) else (answer,)):
+                if one != "-":
+                    send(user, index, one, at + n)
+    s.open_round("01_x", prompts[3].line, by="teach", at=T0 + 10 * 60)  # a second vote on "marks"
+    voters = [u for u in table if u[0] in "lw"]
+    for i, user in enumerate(voters):
+        send(user, 3, "R", T0 + 11 * 60 + i)
+    for i in range(20):  # a week later, after a rewrite: everyone wrong before, 15 of 20 right after on "sizes"
+        send(f"x{i}", 0, "1", T0 + WEEK + i)
+        send(f"x{i}", 2, "R" if i < 15 else "9", T0 + WEEK + 600 + i)
+    return table, voters
+
+
+def _expected(table: dict) -> dict:
+    """The report's numbers from the simulated answers alone (not the store's code)."""
+    def last(a):
+        return a[-1] if isinstance(a, tuple) else a
+
+    answered = {u: [last(a) not in (None, "-") for a in answers] for u, answers in table.items()}
+    right = {u: [last(a) == "R" and not (u == "w4" and i == 0) for i, a in enumerate(answers)]
+             for u, answers in table.items()}
+    out = {}
+    for concept, (pre, post) in CONCEPTS.items():
+        has = {side: {u for u in table if any(answered[u][i] for i in idx)} for side, idx in (("pre", pre), ("post", post))}
+        both = has["pre"] & has["post"]
+        share = {side: sum(right[u][i] for u in both for i in idx) / sum(answered[u][i] for u in both for i in idx)
+                 for side, idx in (("pre", pre), ("post", post))}
+        out[concept] = {"pre": share["pre"], "post": share["post"], "n": len(both),
+                        "g": (share["post"] - share["pre"]) / (1 - share["pre"]),
+                        "only_pre": len(has["pre"] - both), "only_post": len(has["post"] - both)}
+    wrong0 = Counter(last(a[0]) for u, a in table.items() if answered[u][0] and not right[u][0] and u != "w4")
+    wrong0["7"] = 1  # the forged kernel: its "as predicted" measured what no other kernel did
+    stuck = {u: [f"01 {c}" for c, (_, post) in CONCEPTS.items() if any(answered[u][i] and not right[u][i] for i in post)]
+             for u in table}
+    return {"concepts": out, "wrong0": wrong0.most_common(3), "stuck": {u: c for u, c in stuck.items() if c}}
+
+
+def _room_course(tmp_path):
+    return _course(tmp_path, [("Predict first", "How many graphs?", "sizes", 2, {"1": IDEA}),
+                              ("Predict first", "And with F + 2?", "sizes", 3, {}),
+                              ("Post question", "A new case of sizes?", "sizes", 4, {}),
+                              ("Predict first", "Under mark_dynamic?", "marks", 5, {}),
+                              ("Post question", "A new case of marks?", "marks", 6, {})])
+
+
+def test_a_simulated_room_of_30_gives_the_reports_numbers(tmp_path):
+    """30 learners (right, wrong, blank, changed, late, after only, quiet, a forged kernel) and a second vote,
+    then a second session a week later: the page's and the report's numbers are the ones computed from the
+    simulated answers; round 2 does not change g; each session's g is its own."""
+    from shapelab.room import report
+
+    m = _room_course(tmp_path)
+    s = store.Store(f"sqlite:///{tmp_path / 'room.sqlite'}")
+    table, voters = _simulate(m, s)
+    want = _expected(table)
+    # the room tells the rule apart from its misreadings: g over everyone who answered a side, the first answer
+    # instead of the latest, a forged "as predicted" counted right; each gives other numbers than the rule
+    firsts = {u: [a[0] if isinstance(a, tuple) else a for a in answers] for u, answers in table.items()}
+    assert _expected(firsts)["concepts"] != want["concepts"]
+    sent = [(u, a[i][-1] if isinstance(a[i], tuple) else a[i]) for u, a in table.items() for i in (0, 1)]
+    everyone_pre = sum(x == "R" and u != "w4" for u, x in sent) / sum(x not in (None, "-") for _, x in sent)
+    assert everyone_pre != pytest.approx(want["concepts"]["sizes"]["pre"])
+    assert want["concepts"]["sizes"]["pre"] != pytest.approx(_expected(table | {"w4": ["R"] * 5})["concepts"]["sizes"]["pre"])
+    summary = report.sessions(m, s.records("reveal"))
+    first, second = summary.values()
+    got = {c["concept"]: c for c in first["concepts"]}
+    for concept, numbers in want["concepts"].items():
+        for key, value in numbers.items():
+            assert got[concept][key] == pytest.approx(value), (concept, key)
+    assert {c["concept"]: c["g"] for c in second["concepts"]} == {"sizes": pytest.approx(0.75), "marks": None}
+    wrong = {p.line: w for _, p, w in first["wrong"]}
+    assert wrong[m.lessons[0].prompts[0].line] == [[a, n, IDEA if a == "1" else ""] for a, n in want["wrong0"]]
+    stuck = {x["user"]: x for x in first["stuck"]}
+    assert {u: x["wrong_after"] for u, x in stuck.items() if x["wrong_after"]} == want["stuck"]
+    assert [u for u, x in stuck.items() if x["idle_min"] is not None] == ["q1"]  # quiet since its first answer
+    rows = list(csv.DictReader(io.StringIO(report.to_csv(summary))))
+    assert [(r["session"], r["concept"]) for r in rows] == [(d, c) for d in summary for c in CONCEPTS]  # a concept nobody answered: a row, g blank
+    assert float(rows[0]["g"]) == pytest.approx(want["concepts"]["sizes"]["g"], abs=1e-4)
+
+    # the live page: the latest session; on the first session's day, the second vote beside the first
+    assert s.room(m, [], "")["session"] == list(summary)[1]
+    s.engine.dispose()
+    with sa.create_engine(f"sqlite:///{tmp_path / 'room.sqlite'}").begin() as conn:  # drop the later session
+        conn.execute(store.reveals.delete().where(store.reveals.c.at > T0 + WEEK / 2))
+    s = store.Store(f"sqlite:///{tmp_path / 'room.sqlite'}")
+    page = s.room(m, list(table), "the roster", now=T0 + 25 * 60)
+    assert {c["concept"]: c["g"] for c in page["concepts"]} == {c: pytest.approx(v["g"]) for c, v in want["concepts"].items()}
+    marks = page["lessons"][0]["prompts"][3]
+    assert marks["second"]["answered"] == len(voters) and marks["second"]["predictions"] == [[VALUES[3], len(voters)]]
+    assert marks["answered"] == sum(1 for a in table.values() if a[3] not in (None, "-"))  # round 1 as it was
+    assert page["lessons"][0]["prompts"][2]["second"] is None
+    quiet_since = T0 + list(table).index("q1")  # its one record
+    assert {x["user"]: x["idle_min"] for x in page["stuck"] if x["idle_min"] is not None} == \
+        {"q1": round((T0 + 25 * 60 - quiet_since) / 60)}
     s.engine.dispose()

@@ -27,6 +27,7 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated,
 from tornado import httpclient, ioloop, web
 
 from . import manifest as course
+from . import report
 from .page import PAGE
 from .store import Store
 
@@ -202,6 +203,40 @@ class ExportHandler(RoomHandler):
         self.finish(self.store.export_csv())
 
 
+class ReportHandler(RoomHandler):
+    def get(self, kind):
+        """The session report (``report``): the page the instructor keeps, or its CSV."""
+        self.instructor()
+        summary = report.sessions(self.settings["manifest"], self.store.records("reveal"))
+        if kind == "csv":
+            self.set_header("Content-Type", "text/csv; charset=utf-8")
+            self.set_header("Content-Disposition", f'attachment; filename="room-report-{time.strftime("%Y%m%d")}.csv"')
+            self.finish(report.to_csv(summary))
+        else:
+            self.set_header("Content-Type", "text/html; charset=utf-8")
+            self.set_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")  # no script runs
+            self.finish(report.to_html(summary))
+
+
+class RoundHandler(RoomHandler):
+    def post(self):
+        """Open the second vote on one prompt of the course (the instructor only): the reveals of that prompt
+        sent from now on are round 2. The body names it: {"lesson": ..., "prompt": the reveal's line}."""
+        by = self.instructor()
+        try:
+            body = json.loads(self.request.body)
+            lesson, prompt = body["lesson"], body["prompt"]
+        except (ValueError, KeyError, TypeError):
+            raise web.HTTPError(400, 'the body is {"lesson": ..., "prompt": ...}') from None
+        if not isinstance(lesson, str) or not isinstance(prompt, str) or \
+                self.settings["manifest"].prompt(lesson, prompt) is None:
+            raise web.HTTPError(400, "no such prompt in the course")
+        opened = self.store.open_round(lesson, prompt, by)
+        if opened is None:
+            raise web.HTTPError(409, "the second vote on this prompt is open already")
+        self.finish({"lesson": lesson, "prompt": prompt, "round": opened})
+
+
 class PageHandler(RoomHandler):
     @web.authenticated  # a browser without the hub's cookie is sent through the hub's login
     def get(self):
@@ -263,6 +298,8 @@ def make_app(db: str, instructors: list[str], prefix: str = "/services/room/", m
         (prefix + r"api/remove/([^/]+)", RemoveHandler),
         (prefix + "api/room", RoomSummaryHandler),
         (prefix + "export.csv", ExportHandler),
+        (prefix + r"report\.(html|csv)", ReportHandler),
+        (prefix + "api/round", RoundHandler),
         (prefix + "?", PageHandler),
     ], store=store, manifest=manifest, instructors=set(instructors), roster=roster or Roster(instructors),
         limit=RateLimit(burst=2 * manifest.records_per_run() + 10, per_minute=PER_MINUTE), page=PAGE,
