@@ -409,7 +409,7 @@ class Service:
     """The room service's app on a loopback port in a thread of its own, over ``db``; a request's
     ``Authorization: token NAME`` names its user (what the hub would answer for NAME's token)."""
 
-    def __init__(self, db: str, roster: list[str]):
+    def __init__(self, db: str, roster: list[str], manifest=None):
         import asyncio
         import threading
 
@@ -424,7 +424,7 @@ class Service:
 
         def serve():
             asyncio.set_event_loop(self.loop)
-            self.app = service.make_app(db, ["teach"], roster=_FakeRoster(roster))
+            self.app = service.make_app(db, ["teach"], roster=_FakeRoster(roster), manifest=manifest)
             sockets = bind_sockets(0, "127.0.0.1")
             self.port = sockets[0].getsockname()[1]
             self.server = HTTPServer(self.app, max_body_size=64 * 1024)
@@ -773,7 +773,7 @@ T0 = time.mktime((2026, 3, 10, 12, 0, 0, 0, 0, -1))  # noon on the room's clock:
 WEEK = 7 * 24 * 3600
 
 
-def _simulate(m, s):
+def _simulate(m, s, later: float = T0 + WEEK):
     """Store the room's answers with their times; returns {user: [latest answer per prompt]} and the round-2 voters."""
     prompts = m.lessons[0].prompts
     table = {}
@@ -804,9 +804,9 @@ def _simulate(m, s):
     voters = [u for u in table if u[0] in "lw"]
     for i, user in enumerate(voters):
         send(user, 3, "R", T0 + 11 * 60 + i)
-    for i in range(20):  # a week later, after a rewrite: everyone wrong before, 15 of 20 right after on "sizes"
-        send(f"x{i}", 0, "1", T0 + WEEK + i)
-        send(f"x{i}", 2, "R" if i < 15 else "9", T0 + WEEK + 600 + i)
+    for i in range(20):  # later (a week), after a rewrite: everyone wrong before, 15 of 20 right after on "sizes"
+        send(f"x{i}", 0, "1", later + i)
+        send(f"x{i}", 2, "R" if i < 15 else "9", later + 600 + i)
     return table, voters
 
 
@@ -892,3 +892,106 @@ def test_a_simulated_room_of_30_gives_the_reports_numbers(tmp_path):
     assert {x["user"]: x["idle_min"] for x in page["stuck"] if x["idle_min"] is not None} == \
         {"q1": round((T0 + 25 * 60 - quiet_since) / 60)}
     s.engine.dispose()
+
+
+def test_the_report_and_the_rounds_are_the_instructors_alone(tmp_path, fake_hub):
+    """A learner's token reads its own records only: the report, the room, another's records and the second
+    vote are 403; hostile round requests are 400 with nothing stored; the command writes the same report."""
+    import json
+
+    from shapelab.room import report
+
+    m = _room_course(tmp_path)
+    db = f"sqlite:///{tmp_path / 'room.sqlite'}"
+    s = store.Store(db)
+    table, _ = _simulate(m, s)
+    s.engine.dispose()
+    room = Service(db, list(table), manifest=m)
+    try:
+        for method, path in [("GET", "/report.html"), ("GET", "/report.csv"), ("GET", "/api/room"),
+                             ("GET", "/api/records/l1"), ("POST", "/api/round")]:
+            status, _, _ = room.request(method, path, "r1", {"lesson": "01_x", "prompt": m.lessons[0].prompts[0].line})
+            assert status == 403, (method, path, status)
+        status, mine, _ = room.request("GET", "/api/mine", "r1")
+        assert status == 200 and {r["user"] for r in mine["reveals"]} == {"r1"} and len(mine["reveals"]) == 5
+        line = m.lessons[0].prompts[0].line
+        for what, raw in {"not JSON": b"{", "no prompt": b'{"lesson": "01_x"}', "a list": b"[1]",
+                          "a number for the line": json.dumps({"lesson": "01_x", "prompt": 3}).encode(),
+                          "a prompt the course lacks": json.dumps({"lesson": "01_x", "prompt": line + " "}).encode(),
+                          "NUL": json.dumps({"lesson": "01_x\x00", "prompt": line}).encode()}.items():
+            status, answer, _ = room.request("POST", "/api/round", "teach", raw=raw)
+            assert status == 400 and "\n" not in answer["error"], (what, status, answer)
+        assert room.app.settings["store"].rounds(store.learning.session_of(time.time())) == set()
+        assert room.request("POST", "/api/round", "teach", {"lesson": "01_x", "prompt": line})[0] == 200
+        assert room.request("POST", "/api/round", "teach", {"lesson": "01_x", "prompt": line})[0] == 409
+        status, text, headers = room.request("GET", "/report.csv", "teach")
+        assert status == 200 and headers["Content-Type"].startswith("text/csv")
+    finally:
+        room.close()
+    (tmp_path / "manifest.json").write_text(json.dumps(m.data))
+    with redirect_stdout(io.StringIO()):
+        assert report.main(["--db", db, "--out", str(tmp_path / "out"), "--manifest", str(tmp_path / "manifest.json")]) == 0
+    assert (tmp_path / "out" / "report.csv").read_text() == text.replace("\r\n", "\n")
+    assert "<svg id=bars" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_the_page_and_the_report_read_in_chromium(tmp_path, fake_hub, browser):
+    """The room of 30 a week ago and a room of 20 today, read at 1280 x 800: the page shows today's session
+    (each concept's before, after, g and n; who is stuck where; a prompt's wrong answers with the lesson's idea),
+    opens a second vote on a prompt and shows both rounds side by side; the report shows the latest session and
+    g per concept in each session, as computed from the simulated answers."""
+    m = _room_course(tmp_path)
+    db = f"sqlite:///{tmp_path / 'room.sqlite'}"
+    now = time.time()
+    midnight = time.mktime(time.localtime(now)[:3] + (0, 0, 0, 0, 0, -1))
+    s = store.Store(db)
+    table, _ = _simulate(m, s, later=max(midnight + 1, now - 700))  # today's 20, all of it before now
+    s.engine.dispose()
+    want = _expected(table)
+    room = Service(db, [f"x{i}" for i in range(20)], manifest=m)
+    context = browser.new_context(viewport={"width": 1280, "height": 800},
+                                  extra_http_headers={"Authorization": "token teach"})
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(room.url + "/")
+        page.locator("#concepts tr[data-concept=sizes]").wait_for(timeout=10_000)
+        assert page.locator("#session").inner_text() == time.strftime("%Y-%m-%d", time.localtime(now))
+        cells = page.locator("#concepts tr[data-concept=sizes] td")
+        assert [cells.nth(i).inner_text() for i in range(2, 6)] == ["0%", "75%", "0.75", "20"]
+        assert [page.locator("#stuck tbody tr").nth(i).get_attribute("data-user") for i in range(5)] == \
+            [f"x{i}" for i in range(15, 20)]
+        lessons = page.locator('details.lesson[data-lesson="01_x"] li')
+        lessons.nth(0).locator("button.pin").click()
+        wrong = page.locator("#framed .wrong li")
+        assert wrong.count() == 1 and wrong.nth(0).inner_text() == f"1 (20) · {IDEA}"
+        lessons.nth(3).locator("button.pin").click()
+        page.locator("#framed button.second-vote").click()
+        page.locator("#framed .rounds").wait_for(timeout=10_000)
+        for i in range(5):
+            assert room.post("reveal", f"x{i}", {"id": uuid.uuid4().hex, "lesson": "01_x", "prompt": m.lessons[0].prompts[3].line,
+                                                 "predicted": "5", "measured": "5", "agreed": True})[0] == 201
+        page.evaluate("() => refresh(false)")
+        page.wait_for_function("() => document.querySelectorAll('#framed .rounds .counts').length === 2 && "
+                               "document.querySelectorAll('#framed .rounds .counts')[1].textContent.startsWith('5')")
+        counts = page.locator("#framed .rounds .counts")
+        assert counts.nth(0).inner_text() == "0 of 20 answered · 0 left unanswered · 20 not reached"
+        assert counts.nth(1).inner_text() == "5 of 20 answered · 0 left unanswered · 15 not reached"
+        page.screenshot(path=str(SCREENSHOTS / "room_page_concepts.png"), full_page=True)
+
+        page.goto(room.url + "/report.html")
+        rows = page.locator("#concepts tr[data-concept]")
+        assert [rows.nth(i).get_attribute("data-concept") for i in range(rows.count())] == ["sizes", "marks"]
+        across = page.locator("#sessions tr").nth(1).locator("td")
+        assert across.nth(0).inner_text() == "01 sizes"
+        assert across.nth(1).inner_text() == f"{want['concepts']['sizes']['g']:.2f} (n {want['concepts']['sizes']['n']})"
+        assert across.nth(2).inner_text() == "0.75 (n 20)"
+        assert page.locator("#bars rect:not(.track)").count() == 4 and page.locator("#across circle").count() == 3
+        box = page.locator("#across").bounding_box()
+        assert box["x"] + box["width"] <= 1280  # the plot fits the window
+        page.screenshot(path=str(SCREENSHOTS / "room_report.png"), full_page=True)
+        assert errors == []
+    finally:
+        context.close()
+        room.close()

@@ -139,7 +139,9 @@ def _bars_svg(concepts: list[dict]) -> str:
         y = 22 + i * row
         out.append(f'<text x="0" y="{y + 16}" font-size="13">{html.escape((c["lesson"][:2] + " " + c["concept"])[:26])}</text>')
         for j, (share, colour) in enumerate(((c["pre"], "#9aa0a6"), (c["post"], "#188038"))):
-            out.append(f'<rect x="{left}" y="{y + j * 13}" width="{width * (share or 0):.1f}" height="11" fill="{colour}"/>')
+            out.append(f'<rect class=track x="{left}" y="{y + j * 13}" width="{width}" height="11" fill="#f1f3f4"/>'
+                       f'<rect x="{left}" y="{y + j * 13}" width="{width * (share or 0):.1f}" height="11" fill="{colour}"/>'
+                       f'<text x="{left + 4 + width * (share or 0):.1f}" y="{y + j * 13 + 10}" font-size="10">{_pct(share)}</text>')
         out.append(f'<text x="{left + width + 8}" y="{y + 16}" font-size="13" fill="{"#c5221f" if _low(c) else "#222"}">'
                    f'g {_g(c["g"])} (n {c["n"]})</text>')
     return "\n".join(out) + "</svg><p class=muted>grey: right before · green: right after</p>"
@@ -208,11 +210,13 @@ def main(argv=None) -> int:
     parser.add_argument("--db", default=os.environ.get("SHAPELAB_ROOM_DB"),
                         help="the room's store, a SQLAlchemy URL (default: $SHAPELAB_ROOM_DB)")
     parser.add_argument("--out", type=Path, required=True, help="the folder report.html and report.csv go to")
+    parser.add_argument("--manifest", type=Path, default=course.PATH,
+                        help="the course's manifest the records are read against (default: this course's)")
     args = parser.parse_args(argv)
     if not args.db:
         parser.error("no store: set SHAPELAB_ROOM_DB (or --db)")
     store = Store(args.db)
-    paths = write(store, course.load(), args.out)
+    paths = write(store, course.load(args.manifest), args.out)
     store.engine.dispose()
     print(f"wrote {paths[0]} and {paths[1]}")
     return 0
