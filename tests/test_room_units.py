@@ -995,3 +995,17 @@ def test_the_page_and_the_report_read_in_chromium(tmp_path, fake_hub, browser):
     finally:
         context.close()
         room.close()
+
+
+@pytest.mark.parametrize("before, after", [(0.3, 0.65), (0.5, 0.8), (0.3, 0.5)])
+def test_the_noise_of_g_agrees_with_binomial_arithmetic(before, after):
+    """The simulated spread of g for a room of 40 (INSTRUCTOR.md's table) against the delta method on two
+    binomial shares: g = (A - B) / (1 - B), var A = a(1 - a)/(40 post), var B = b(1 - b)/(40 pre)."""
+    from shapelab.room import noise
+
+    s = noise.spread(40, before, after, pre=2, post=1)
+    var_after, var_before = after * (1 - after) / 40, before * (1 - before) / 80
+    sd = (var_after / (1 - before) ** 2 + var_before * (after - 1) ** 2 / (1 - before) ** 4) ** 0.5
+    g = (after - before) / (1 - before)
+    assert s["g"] == pytest.approx(g) and s["median"] == pytest.approx(g, abs=0.02)
+    assert (s["p5"], s["p95"]) == (pytest.approx(g - 1.645 * sd, abs=0.03), pytest.approx(g + 1.645 * sd, abs=0.03))
