@@ -748,7 +748,12 @@ def test_a_concepts_gain_before_and_after(tmp_path):
                 measured = str(2 + index)
                 s.add("reveal", user, {"id": uuid.uuid4().hex, "lesson": "01_x", "prompt": m.lessons[0].prompts[index].line,
                                        "predicted": measured if right else "9", "measured": measured, "agreed": right})
-    (concept,) = s.room(m, [], "")["concepts"]
+    room = s.room(m, [], "")
+    assert room["lessons"][0]["prompts"][0]["wrong"] == [["9", 3, ""]]  # no wording in the lesson: the answer, its count
+    tie = {"a": {"answered": True, "agreed": True, "predicted": "1", "measured": "1"},
+           "b": {"answered": True, "agreed": True, "predicted": "2", "measured": "2"}}
+    assert store.learning.wrong_predictions(m.lessons[0].prompts[0], tie) == []  # kernels disagree: nobody is wrong
+    (concept,) = room["concepts"]
     assert concept["n"] == 3 and concept["pre"] == 3 / 6 and concept["post"] == 2 / 3
     assert concept["g"] == pytest.approx((2 / 3 - 1 / 2) / (1 - 1 / 2)) and (concept["only_pre"], concept["only_post"]) == (1, 1)
     s.engine.dispose()
@@ -932,7 +937,9 @@ def test_the_report_and_the_rounds_are_the_instructors_alone(tmp_path, fake_hub)
     with redirect_stdout(io.StringIO()):
         assert report.main(["--db", db, "--out", str(tmp_path / "out"), "--manifest", str(tmp_path / "manifest.json")]) == 0
     assert (tmp_path / "out" / "report.csv").read_text() == text.replace("\r\n", "\n")
-    assert "<svg id=bars" in (tmp_path / "out" / "report.html").read_text()
+    written = (tmp_path / "out" / "report.html").read_text()
+    assert "<svg id=bars" in written and "<svg id=across" in written
+    assert not re.findall(r"(?:src|href)\s*=|<script|url\(|@import", written, re.I)  # nothing fetched, nothing run
 
 
 def test_the_page_and_the_report_read_in_chromium(tmp_path, fake_hub, browser):

@@ -80,8 +80,11 @@ def concepts(manifest, found: dict) -> list[dict]:
 
 def wrong_predictions(prompt, by_user: dict) -> list[list]:
     """The most common wrong answers to ``prompt``: [answer, how many, the idea it reveals or ""], where the
-    lesson words that idea (the prompt's ``ideas``, keyed by the answer as the kernel sends it)."""
+    lesson words that idea (the prompt's ``ideas``, keyed by the answer as the kernel sends it). None while the
+    kernels' measurements tie: then no answer is the room's right one."""
     value = majority(by_user)
+    if value is None:
+        return []
     wrong = Counter(r["predicted"] for r in by_user.values() if r["answered"] and not right(r, value))
     ideas = {k.strip().lower(): v for k, v in dict(prompt.ideas).items()}
     return [[answer, n, ideas.get(answer.strip().lower(), "")] for answer, n in wrong.most_common(TOP_WRONG)]

@@ -3,7 +3,8 @@ the instructor's page.
 
 It has no passwords of its own. A kernel posts with its server's ``JUPYTERHUB_API_TOKEN``; a browser
 comes with the hub's OAuth cookie; either way the hub names the user, so a learner can only write
-as themself. The instructor (the hub's admin, named in ``SHAPELAB_ROOM_INSTRUCTORS``) sees the room;
+as themself. The instructor (the hub's admin, named in ``SHAPELAB_ROOM_INSTRUCTORS``) sees the room and
+the session report (``report.html``, ``report.csv``) and opens a second vote on a prompt (``api/round``);
 a learner sees only their own records, and only the instructor can remove a learner's records.
 
 A record is taken only when it names a lesson's prompt or a lab's exercise of the course's manifest

@@ -192,7 +192,7 @@ class Store:
         everything = {kind: self.records(kind) for kind in KINDS}
         newest = max((r["at"] for rs in everything.values() for r in rs), default=time.time() if now is None else now)
         session = learning.session_of(newest)
-        reveals, checks_ = ([r for r in everything[kind] if learning.session_of(r["at"]) == session] for kind in KINDS)
+        reveals, session_checks = ([r for r in everything[kind] if learning.session_of(r["at"]) == session] for kind in KINDS)
         found, unknown = learning.latest(manifest, [r for r in reveals if r["round"] == 1])
         second, unknown_second = learning.latest(manifest, [r for r in reveals if r["round"] == 2])
         unknown += unknown_second
@@ -206,7 +206,7 @@ class Store:
         tried: dict[tuple, set] = {}
         passed: dict[tuple, set] = {}
         last_check: dict[str, dict] = {}
-        for r in checks_:
+        for r in session_checks:
             lab = manifest.lab(r["lab"])
             if lab is None or r["exercise"] not in lab.exercises:
                 unknown += 1
