@@ -728,7 +728,7 @@ def _course(tmp_path, asks: list[tuple]) -> "manifest.Manifest":
                   nbformat.v4.new_code_cell(f"S.reveal(predicted_{i}, {value})")]
     for folder, name, nb_cells in (("notebooks", "01_x.ipynb", cells),
                                    ("solutions", "01_x_lab.ipynb", [nbformat.v4.new_code_cell('c = S.Checker("01_x")')])):
-        (tmp_path / folder).mkdir()
+        (tmp_path / folder).mkdir(parents=True)
         nbformat.write(nbformat.v4.new_notebook(cells=nb_cells), tmp_path / folder / name)
     return manifest.Manifest(manifest.build(tmp_path))
 
@@ -1016,3 +1016,17 @@ def test_the_noise_of_g_agrees_with_binomial_arithmetic(before, after):
     g = (after - before) / (1 - before)
     assert s["g"] == pytest.approx(g) and s["median"] == pytest.approx(g, abs=0.02)
     assert (s["p5"], s["p95"]) == (pytest.approx(g - 1.645 * sd, abs=0.03), pytest.approx(g + 1.645 * sd, abs=0.03))
+
+
+def test_manifest_reads_the_idea_each_wrong_answer_reveals(tmp_path):
+    """A prompt cell's metadata wrong_answers is kept with its prompt (absent where a cell has none, so the
+    course's manifest.json stays as it was); anything but short text to short text stops the build."""
+    from shapelab.room import manifest
+
+    m = _course(tmp_path / "good", [("Predict first", "How many?", "sizes", 2, {"1": IDEA}),
+                                    ("Post question", "Again?", "sizes", 3, {})])
+    assert m.data["lessons"][0]["prompts"][0]["ideas"] == {"1": IDEA} and m.lessons[0].prompts[0].ideas == (("1", IDEA),)
+    assert "ideas" not in m.data["lessons"][0]["prompts"][1] and m.lessons[0].prompts[1].ideas == ()
+    for i, bad in enumerate([{"1": 3}, {"": "an idea"}, {"1": ""}, {"1": "x" * 301}, ["1"]]):
+        with pytest.raises(manifest.ManifestError, match="wrong_answers must map answers"):
+            _course(tmp_path / str(i), [("Predict first", "How many?", "sizes", 2, bad)])

@@ -8,9 +8,9 @@ blockquote above it. A prompt belongs to a concept when that markdown cell carri
 same concept re-tests it after the lesson, so the room can set each concept's right-after against its
 right-before (issue 30). The cell's metadata ``wrong_answers`` (``{"1": "the idea that answer reveals"}``,
 keyed by the answer as the kernel sends it) words what a common wrong prediction gets wrong, for the room's
-page and report; it is stored only where a cell has it. A lab is keyed by its ``S.Checker("label")``; its exercises are the names its
-``checker.run("...")`` / ``checker.check("...")`` calls give, in the notebook's order. Nothing measured is in
-here: what a run measures comes from the learners' kernels.
+page and report; it is stored only where a cell has it. A lab is keyed by its ``S.Checker("label")``; its
+exercises are the names its ``checker.run("...")`` / ``checker.check("...")`` calls give, in the notebook's
+order. Nothing measured is in here: what a run measures comes from the learners' kernels.
 
     python -m shapelab.room.manifest            # rewrite manifest.json from notebooks/ and solutions/
     python -m shapelab.room.manifest --check    # exit 1 if manifest.json is not what they give
