@@ -40,6 +40,7 @@ def majority(by_user: dict) -> str | None:
 
 
 def right(r: dict, value: str | None) -> bool:
+    """Whether reveal ``r`` was answered "as predicted" on ``value``, the value most kernels measured."""
     return bool(r["answered"] and r["agreed"] and r["measured"] == value)
 
 

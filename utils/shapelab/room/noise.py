@@ -46,6 +46,7 @@ def two_sessions(n: int, pre: int = 2, post: int = 1) -> tuple[float, float]:
 
 
 def main(argv=None) -> int:
+    """Command line: print the spread of g for rooms of 20 and 40, and between two sessions."""
     parser = argparse.ArgumentParser(prog="python -m shapelab.room.noise", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pre", type=int, default=2, help="prompts per concept each learner answers (default 2)")
     parser.add_argument("--post", type=int, default=1, help="post questions per concept (default 1)")

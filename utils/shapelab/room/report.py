@@ -206,6 +206,7 @@ def write(store: Store, manifest, out: Path) -> tuple[Path, Path]:
 
 
 def main(argv=None) -> int:
+    """Command line: write report.html and report.csv from the store at --db."""
     parser = argparse.ArgumentParser(prog="python -m shapelab.room.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", default=os.environ.get("SHAPELAB_ROOM_DB"),
                         help="the room's store, a SQLAlchemy URL (default: $SHAPELAB_ROOM_DB)")
