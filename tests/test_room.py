@@ -673,6 +673,8 @@ def test_ctrl_c_stops_everything_and_the_room_starts_again(hub):
     print(f"\nroom: Ctrl-C to everything stopped in {time.monotonic() - began:.1f} s")
     assert not [p for p in running if _alive(p)]
     assert not hub.processes()
+    assert f"the session report: {hub.state / 'report' / 'report.html'}" in hub.log.read_text(), hub.tail()
+    assert (hub.state / "report" / "report.csv").read_text().startswith("session,lesson,concept,")
     for flag, port in hub.ports.items():
         with socket.socket() as s:  # as a server binds: a closed connection's TIME_WAIT does not count, a listener does
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
