@@ -1030,3 +1030,26 @@ def test_manifest_reads_the_idea_each_wrong_answer_reveals(tmp_path):
     for i, bad in enumerate([{"1": 3}, {"": "an idea"}, {"1": ""}, {"1": "x" * 301}, ["1"]]):
         with pytest.raises(manifest.ManifestError, match="wrong_answers must map answers"):
             _course(tmp_path / str(i), [("Predict first", "How many?", "sizes", 2, bad)])
+
+
+def test_a_kernel_is_told_when_its_answer_counts_in_the_second_vote(tmp_path, fake_hub, monkeypatch):
+    """The client against the real service: a reveal before the instructor opens the second vote prints nothing
+    of the room; the same cell re-run after it prints one line and is stored as round 2."""
+    m = _room_course(tmp_path)
+    room = Service(f"sqlite:///{tmp_path / 'room.sqlite'}", ["x1"], manifest=m)
+    monkeypatch.setenv(client.URL_ENV, room.url)
+    monkeypatch.setenv(client.TOKEN_ENV, "x1")  # the fake hub names the learner by the token's text
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/x1/notebooks/01_x.ipynb")
+    line = m.lessons[0].prompts[3].line  # S.reveal(predicted_3, 5)
+    record = {"lesson": "01_x", "prompt": line, "predicted": "4", "measured": "5", "agreed": False}
+    try:
+        for expected in ("", "(room: this answer counts in the second vote the instructor opened)\n"):
+            out = io.StringIO()
+            with redirect_stdout(out):
+                assert client._send("reveal", record) is True
+            assert out.getvalue() == expected
+            if not expected:
+                assert room.request("POST", "/api/round", "teach", {"lesson": "01_x", "prompt": line})[0] == 200
+        assert [r["round"] for r in room.app.settings["store"].records("reveal", "x1")] == [1, 2]
+    finally:
+        room.close()

@@ -166,7 +166,9 @@ class RecordHandler(RoomHandler):
             raise web.HTTPError(400, str(e)) from None
         stored = self.store.add(kind, user, record)  # committed before we answer
         self.set_status(201 if stored else 200)
-        self.finish({"stored": stored, "id": record["id"]})
+        # the round the store counted a reveal in: the kernel says so when it is the second vote
+        self.finish({"stored": stored, "id": record["id"]} |
+                    ({"round": self.store.round_of(record["id"])} if kind == "reveal" else {}))
 
 
 class MineHandler(RoomHandler):

@@ -262,6 +262,11 @@ class Store:
             conn.execute(rounds.insert().values(lesson=lesson, prompt=prompt, round=2, opened_by=by, at=at))
         return 2
 
+    def round_of(self, record_id: str) -> int | None:
+        """The round a stored reveal counts in, or None when no reveal has that id."""
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(reveals.c.round).where(reveals.c.id == record_id)).scalar()
+
     def rounds(self, session: str) -> set[tuple]:
         """{(lesson, prompt line)} of the prompts whose second vote opened in ``session``."""
         with self.engine.connect() as conn:
