@@ -1053,3 +1053,19 @@ def test_a_kernel_is_told_when_its_answer_counts_in_the_second_vote(tmp_path, fa
         assert [r["round"] for r in room.app.settings["store"].records("reveal", "x1")] == [1, 2]
     finally:
         room.close()
+
+
+def test_the_guides_noise_table_is_what_the_script_prints():
+    """INSTRUCTOR.md's table of g's spread (section 5) holds the figures python -m shapelab.room.noise gives."""
+    from shapelab.room import noise
+
+    guide = (ROOT / "INSTRUCTOR.md").read_text().split("## 5. Reading the gain")[1]
+    rows = re.findall(r"^\| (\d+) \| (\d+) % \| (\d+) % \| ([\d.]+) \| (-?[\d.]+) and (-?[\d.]+) \| (\d+) % \|$", guide, re.M)
+    assert len(rows) == 6
+    for n, before, after, g, low, high, flagged in rows:
+        s = noise.spread(int(n), int(before) / 100, int(after) / 100)
+        assert (f"{s['g']:.2f}", f"{s['p5']:.2f}", f"{s['p95']:.2f}", f"{s['flagged']:.0%}") == (g, low, high, flagged + "%")
+    between = re.search(r"differ by up to ±([\d.]+) \(n = 20\) or\s+±([\d.]+) \(n = 40\)", guide)
+    for n, bound in zip((20, 40), between.groups()):  # two sessions of one section: the 90 % range of the change
+        low, high = noise.two_sessions(n)
+        assert max(-low, high) == pytest.approx(float(bound), abs=0.01), n
