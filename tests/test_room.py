@@ -586,7 +586,7 @@ def test_room_refuses_what_it_must(hub):
 
     # a record is stored as the token's owner, once, however often it is sent
     record = _record()
-    assert request("POST", f"{svc}/api/reveal", alice_token, record) == (201, {"stored": True, "id": record["id"]})
+    assert request("POST", f"{svc}/api/reveal", alice_token, record) == (201, {"stored": True, "id": record["id"], "round": 1})
     assert request("POST", f"{svc}/api/reveal", alice_token, record)[1]["stored"] is False
     assert hub.rows("SELECT user FROM reveals WHERE id = ?", record["id"]) == [(alice,)]
 
