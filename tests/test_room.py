@@ -586,7 +586,7 @@ def test_room_refuses_what_it_must(hub):
 
     # a record is stored as the token's owner, once, however often it is sent
     record = _record()
-    assert request("POST", f"{svc}/api/reveal", alice_token, record) == (201, {"stored": True, "id": record["id"]})
+    assert request("POST", f"{svc}/api/reveal", alice_token, record) == (201, {"stored": True, "id": record["id"], "round": 1})
     assert request("POST", f"{svc}/api/reveal", alice_token, record)[1]["stored"] is False
     assert hub.rows("SELECT user FROM reveals WHERE id = ?", record["id"]) == [(alice,)]
 
@@ -673,6 +673,8 @@ def test_ctrl_c_stops_everything_and_the_room_starts_again(hub):
     print(f"\nroom: Ctrl-C to everything stopped in {time.monotonic() - began:.1f} s")
     assert not [p for p in running if _alive(p)]
     assert not hub.processes()
+    assert f"the session report: {hub.state / 'report' / 'report.html'}" in hub.log.read_text(), hub.tail()
+    assert (hub.state / "report" / "report.csv").read_text().startswith("session,lesson,concept,")
     for flag, port in hub.ports.items():
         with socket.socket() as s:  # as a server binds: a closed connection's TIME_WAIT does not count, a listener does
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -3,6 +3,7 @@ migrations on SQLite and on a real PostgreSQL server of the test's own, the hub'
 and the Kubernetes values. The room on a real hub is tests/test_room.py."""
 from __future__ import annotations
 
+import csv
 import io
 import os
 import re
@@ -14,6 +15,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -236,7 +238,7 @@ def test_store_migrates_an_old_database_and_keeps_its_records(db_url):
         assert conn.execute(sa.select(store.schema_version.c.version)).scalar() == store.VERSION
         if s.engine.dialect.name == "sqlite":
             assert conn.execute(sa.text("PRAGMA journal_mode")).scalar() == "wal"
-    assert [(r["id"], r["answered"]) for r in s.records("reveal")] == [(record["id"], True)]  # v3: a prediction
+    assert [(r["id"], r["answered"], r["round"]) for r in s.records("reveal")] == [(record["id"], True, 1)]  # v3, v4
     assert store.migrate(s.engine) == store.VERSION  # a second start changes nothing
     with s.engine.begin() as conn:
         conn.execute(store.schema_version.update().values(version=store.VERSION + 1))
@@ -291,6 +293,7 @@ def test_store_ddl_for_postgresql():
     assert "agreed BOOLEAN NOT NULL" in text and "PRIMARY KEY (id)" in text
     assert "CREATE INDEX reveals_by_prompt ON reveals (lesson, prompt)" in text
     assert "ALTER TABLE reveals ADD COLUMN answered BOOLEAN NOT NULL DEFAULT TRUE" in text and "CREATE TABLE removals" in text
+    assert 'ALTER TABLE reveals ADD COLUMN "round" INTEGER NOT NULL DEFAULT 1' in text and "CREATE TABLE rounds" in text
 
 
 def test_hub_configuration():
@@ -406,7 +409,7 @@ class Service:
     """The room service's app on a loopback port in a thread of its own, over ``db``; a request's
     ``Authorization: token NAME`` names its user (what the hub would answer for NAME's token)."""
 
-    def __init__(self, db: str, roster: list[str]):
+    def __init__(self, db: str, roster: list[str], manifest=None):
         import asyncio
         import threading
 
@@ -421,7 +424,7 @@ class Service:
 
         def serve():
             asyncio.set_event_loop(self.loop)
-            self.app = service.make_app(db, ["teach"], roster=_FakeRoster(roster))
+            self.app = service.make_app(db, ["teach"], roster=_FakeRoster(roster), manifest=manifest)
             sockets = bind_sockets(0, "127.0.0.1")
             self.port = sockets[0].getsockname()[1]
             self.server = HTTPServer(self.app, max_body_size=64 * 1024)
@@ -685,7 +688,7 @@ def test_the_page_an_instructor_teaches_from(tmp_path, fake_hub, browser):
         # the instructor frames the first prompt: it stays framed over a reload, until "follow the room"
         page.locator(f'details.lesson[data-lesson="{lesson.id}"] li').nth(0).locator("button.pin").click()
         assert framed.get_attribute("data-prompt") == lesson.prompts[0].line and "pinned" in framed.inner_text()
-        value = framed.locator("details.value")  # dave's long prediction: folded, in full on a click
+        value = framed.locator(".bar details.value")  # dave's long prediction: folded, in full on a click
         assert value.locator("summary").inner_text().endswith("…")
         value.locator("summary").click()
         assert value.locator("div").inner_text() == long_value and value.locator("div").is_visible()
@@ -711,24 +714,30 @@ def test_the_page_an_instructor_teaches_from(tmp_path, fake_hub, browser):
         room.close()
 
 
-def test_a_concepts_gain_before_and_after(tmp_path):
-    """Prompts tagged concept:sizes and their post question: right before and after over the learners who
-    answered both, g = (post - pre) / (1 - pre); who answered only one side is counted apart."""
+def _course(tmp_path, asks: list[tuple]) -> "manifest.Manifest":
+    """A course of one lesson, 01_x, in ``tmp_path``: per (label, question, concept, value, ideas) a prompt cell
+    tagged concept:CONCEPT (with metadata wrong_answers = ideas) and its reveal ``S.reveal(predicted_I, VALUE)``;
+    and a lab of one check."""
     import nbformat
     from shapelab.room import manifest
 
-    def ask(label, text):
-        return nbformat.v4.new_markdown_cell(f"> **{label}.** {text}", metadata={"tags": ["concept:sizes"]})
-
-    cells = [nbformat.v4.new_markdown_cell("# 01 · x"), ask("Predict first", "How many?"),
-             nbformat.v4.new_code_cell("S.reveal(predicted_a, 2)"), ask("Predict first", "And now?"),
-             nbformat.v4.new_code_cell("S.reveal(predicted_b, 3)"), ask("Post question", "A new case?"),
-             nbformat.v4.new_code_cell("S.reveal(predicted_post, 4)")]
+    cells = [nbformat.v4.new_markdown_cell("# 01 · x")]
+    for i, (label, question, concept, value, ideas) in enumerate(asks):
+        cells += [nbformat.v4.new_markdown_cell(f"> **{label}.** {question}", metadata={"tags": [f"concept:{concept}"]}
+                                                | ({"wrong_answers": ideas} if ideas else {})),
+                  nbformat.v4.new_code_cell(f"S.reveal(predicted_{i}, {value})")]
     for folder, name, nb_cells in (("notebooks", "01_x.ipynb", cells),
                                    ("solutions", "01_x_lab.ipynb", [nbformat.v4.new_code_cell('c = S.Checker("01_x")')])):
-        (tmp_path / folder).mkdir()
+        (tmp_path / folder).mkdir(parents=True)
         nbformat.write(nbformat.v4.new_notebook(cells=nb_cells), tmp_path / folder / name)
-    m = manifest.Manifest(manifest.build(tmp_path))
+    return manifest.Manifest(manifest.build(tmp_path))
+
+
+def test_a_concepts_gain_before_and_after(tmp_path):
+    """Prompts tagged concept:sizes and their post question: right before and after over the learners who
+    answered both, g = (post - pre) / (1 - pre); who answered only one side is counted apart."""
+    m = _course(tmp_path, [("Predict first", "How many?", "sizes", 2, {}), ("Predict first", "And now?", "sizes", 3, {}),
+                           ("Post question", "A new case?", "sizes", 4, {})])
     assert [(p.concept, p.phase) for p in m.lessons[0].prompts] == [("sizes", "pre"), ("sizes", "pre"), ("sizes", "post")]
     s = store.Store(f"sqlite:///{tmp_path / 'room.sqlite'}")
     answers = {"ann": (True, True, True), "ben": (False, True, True), "cat": (False, False, False),
@@ -739,7 +748,324 @@ def test_a_concepts_gain_before_and_after(tmp_path):
                 measured = str(2 + index)
                 s.add("reveal", user, {"id": uuid.uuid4().hex, "lesson": "01_x", "prompt": m.lessons[0].prompts[index].line,
                                        "predicted": measured if right else "9", "measured": measured, "agreed": right})
-    (concept,) = s.room(m, [], "")["concepts"]
+    room = s.room(m, [], "")
+    assert room["lessons"][0]["prompts"][0]["wrong"] == [["9", 3, ""]]  # no wording in the lesson: the answer, its count
+    tie = {"a": {"answered": True, "agreed": True, "predicted": "1", "measured": "1"},
+           "b": {"answered": True, "agreed": True, "predicted": "2", "measured": "2"}}
+    assert store.learning.wrong_predictions(m.lessons[0].prompts[0], tie) == []  # kernels disagree: nobody is wrong
+    (concept,) = room["concepts"]
     assert concept["n"] == 3 and concept["pre"] == 3 / 6 and concept["post"] == 2 / 3
     assert concept["g"] == pytest.approx((2 / 3 - 1 / 2) / (1 - 1 / 2)) and (concept["only_pre"], concept["only_post"]) == (1, 1)
     s.engine.dispose()
+
+
+# A simulated room of 30 on one lesson with two concepts (prompts 0-1 pre-test "sizes", 2 is its post question;
+# 3 pre-tests "marks", 4 is its post question). Per learner, per prompt: "R" right, a wrong answer's text, None
+# left unanswered, "-" not sent; a tuple is a changed answer (sent in that order, the last counts).
+VALUES = ["2", "3", "4", "5", "6"]  # what each prompt's kernels measure
+CONCEPTS = {"sizes": ([0, 1], [2]), "marks": ([3], [4])}
+IDEA = "expects the first graph to be dynamic already; the default specialises the first size"
+GROUPS = [("r", 8, ["R", "R", "R", "R", "R"]),           # right throughout
+          ("l", 6, ["1", "9", "R", "9", "R"]),           # wrong before, right after: learned
+          ("w", 4, ["1", "9", "9", "9", "9"]),           # wrong throughout (w4 forges its measurement on prompt 0)
+          ("b", 3, [None, None, "R", None, "R"]),        # left every prompt blank: after only
+          ("c", 3, [("9", "R"), "R", "9", ("R", "9"), "R"]),  # changed their answers
+          ("late", 2, ["R", "R", "R", "R", "R"]),        # joined 15 minutes late
+          ("p", 1, ["-", "-", "R", "-", "9"]),           # answered only the post questions
+          ("q", 1, ["1", "-", "-", "-", "-"]),           # one answer, then quiet
+          ("m", 2, ["R", "9", "R", "9", "9"])]           # mixed
+T0 = time.mktime((2026, 3, 10, 12, 0, 0, 0, 0, -1))  # noon on the room's clock: one session, whatever its zone
+WEEK = 7 * 24 * 3600
+
+
+def _simulate(m, s, later: float = T0 + WEEK):
+    """Store the room's answers with their times; returns {user: [latest answer per prompt]} and the round-2 voters."""
+    prompts = m.lessons[0].prompts
+    table = {}
+    for group, count, answers in GROUPS:
+        for k in range(1, count + 1):
+            table[f"{group}{k}"] = answers
+    assert len(table) == 30
+
+    def send(user, index, answer, at):
+        predicted = None if answer is None else (VALUES[index] if answer == "R" else answer)
+        measured = "7" if (user, index) == ("w4", 0) else VALUES[index]  # a forged kernel: "as predicted" with 7
+        predicted = "7" if (user, index) == ("w4", 0) else predicted
+        s.add("reveal", user, {"id": uuid.uuid4().hex, "lesson": "01_x", "prompt": prompts[index].line,
+                               "predicted": predicted, "measured": measured,
+                               "agreed": None if predicted is None else predicted == measured}, at=at)
+
+    for i, (user, answers) in enumerate(table.items()):
+        start = T0 + (15 * 60 if user.startswith("late") else 0)
+        for index, answer in enumerate(answers):
+            if index in (2, 4) and not user.startswith("late"):
+                at = T0 + 20 * 60 + i + index  # the post questions, at the lesson's end
+            else:
+                at = start + 60 * index + i
+            for n, one in enumerate(answer if isinstance(answer, tuple) else (answer,)):
+                if one != "-":
+                    send(user, index, one, at + n)
+    s.open_round("01_x", prompts[3].line, by="teach", at=T0 + 10 * 60)  # a second vote on "marks"
+    voters = [u for u in table if u[0] in "lw"]
+    for i, user in enumerate(voters):
+        send(user, 3, "R", T0 + 11 * 60 + i)
+    for i in range(20):  # later (a week), after a rewrite: everyone wrong before, 15 of 20 right after on "sizes"
+        send(f"x{i}", 0, "1", later + i)
+        send(f"x{i}", 2, "R" if i < 15 else "9", later + 600 + i)
+    return table, voters
+
+
+def _expected(table: dict) -> dict:
+    """The report's numbers from the simulated answers alone (not the store's code)."""
+    def last(a):
+        return a[-1] if isinstance(a, tuple) else a
+
+    answered = {u: [last(a) not in (None, "-") for a in answers] for u, answers in table.items()}
+    right = {u: [last(a) == "R" and not (u == "w4" and i == 0) for i, a in enumerate(answers)]
+             for u, answers in table.items()}
+    out = {}
+    for concept, (pre, post) in CONCEPTS.items():
+        has = {side: {u for u in table if any(answered[u][i] for i in idx)} for side, idx in (("pre", pre), ("post", post))}
+        both = has["pre"] & has["post"]
+        share = {side: sum(right[u][i] for u in both for i in idx) / sum(answered[u][i] for u in both for i in idx)
+                 for side, idx in (("pre", pre), ("post", post))}
+        out[concept] = {"pre": share["pre"], "post": share["post"], "n": len(both),
+                        "g": (share["post"] - share["pre"]) / (1 - share["pre"]),
+                        "only_pre": len(has["pre"] - both), "only_post": len(has["post"] - both)}
+    wrong0 = Counter(last(a[0]) for u, a in table.items() if answered[u][0] and not right[u][0] and u != "w4")
+    wrong0["7"] = 1  # the forged kernel: its "as predicted" measured what no other kernel did
+    stuck = {u: [f"01 {c}" for c, (_, post) in CONCEPTS.items() if any(answered[u][i] and not right[u][i] for i in post)]
+             for u in table}
+    return {"concepts": out, "wrong0": wrong0.most_common(3), "stuck": {u: c for u, c in stuck.items() if c}}
+
+
+def _room_course(tmp_path):
+    return _course(tmp_path, [("Predict first", "How many graphs?", "sizes", 2, {"1": IDEA}),
+                              ("Predict first", "And with F + 2?", "sizes", 3, {}),
+                              ("Post question", "A new case of sizes?", "sizes", 4, {}),
+                              ("Predict first", "Under mark_dynamic?", "marks", 5, {}),
+                              ("Post question", "A new case of marks?", "marks", 6, {})])
+
+
+def test_a_simulated_room_of_30_gives_the_reports_numbers(tmp_path):
+    """30 learners (right, wrong, blank, changed, late, after only, quiet, a forged kernel) and a second vote,
+    then a second session a week later: the page's and the report's numbers are the ones computed from the
+    simulated answers; round 2 does not change g; each session's g is its own."""
+    from shapelab.room import report
+
+    m = _room_course(tmp_path)
+    s = store.Store(f"sqlite:///{tmp_path / 'room.sqlite'}")
+    table, voters = _simulate(m, s)
+    want = _expected(table)
+    # the room tells the rule apart from its misreadings: g over everyone who answered a side, the first answer
+    # instead of the latest, a forged "as predicted" counted right; each gives other numbers than the rule
+    firsts = {u: [a[0] if isinstance(a, tuple) else a for a in answers] for u, answers in table.items()}
+    assert _expected(firsts)["concepts"] != want["concepts"]
+    sent = [(u, a[i][-1] if isinstance(a[i], tuple) else a[i]) for u, a in table.items() for i in (0, 1)]
+    everyone_pre = sum(x == "R" and u != "w4" for u, x in sent) / sum(x not in (None, "-") for _, x in sent)
+    assert everyone_pre != pytest.approx(want["concepts"]["sizes"]["pre"])
+    assert want["concepts"]["sizes"]["pre"] != pytest.approx(_expected(table | {"w4": ["R"] * 5})["concepts"]["sizes"]["pre"])
+    summary = report.sessions(m, s.records("reveal"))
+    first, second = summary.values()
+    got = {c["concept"]: c for c in first["concepts"]}
+    for concept, numbers in want["concepts"].items():
+        for key, value in numbers.items():
+            assert got[concept][key] == pytest.approx(value), (concept, key)
+    assert {c["concept"]: c["g"] for c in second["concepts"]} == {"sizes": pytest.approx(0.75), "marks": None}
+    wrong = {p.line: w for _, p, w in first["wrong"]}
+    assert wrong[m.lessons[0].prompts[0].line] == [[a, n, IDEA if a == "1" else ""] for a, n in want["wrong0"]]
+    stuck = {x["user"]: x for x in first["stuck"]}
+    assert {u: x["wrong_after"] for u, x in stuck.items() if x["wrong_after"]} == want["stuck"]
+    assert [u for u, x in stuck.items() if x["idle_min"] is not None] == ["q1"]  # quiet since its first answer
+    rows = list(csv.DictReader(io.StringIO(report.to_csv(summary))))
+    assert [(r["session"], r["concept"]) for r in rows] == [(d, c) for d in summary for c in CONCEPTS]  # a concept nobody answered: a row, g blank
+    assert float(rows[0]["g"]) == pytest.approx(want["concepts"]["sizes"]["g"], abs=1e-4)
+
+    # the live page: the latest session; on the first session's day, the second vote beside the first
+    assert s.room(m, [], "")["session"] == list(summary)[1]
+    s.engine.dispose()
+    with sa.create_engine(f"sqlite:///{tmp_path / 'room.sqlite'}").begin() as conn:  # drop the later session
+        conn.execute(store.reveals.delete().where(store.reveals.c.at > T0 + WEEK / 2))
+    s = store.Store(f"sqlite:///{tmp_path / 'room.sqlite'}")
+    page = s.room(m, list(table), "the roster", now=T0 + 25 * 60)
+    assert {c["concept"]: c["g"] for c in page["concepts"]} == {c: pytest.approx(v["g"]) for c, v in want["concepts"].items()}
+    marks = page["lessons"][0]["prompts"][3]
+    assert marks["second"]["answered"] == len(voters) and marks["second"]["predictions"] == [[VALUES[3], len(voters)]]
+    assert marks["answered"] == sum(1 for a in table.values() if a[3] not in (None, "-"))  # round 1 as it was
+    assert page["lessons"][0]["prompts"][2]["second"] is None
+    quiet_since = T0 + list(table).index("q1")  # its one record
+    assert {x["user"]: x["idle_min"] for x in page["stuck"] if x["idle_min"] is not None} == \
+        {"q1": round((T0 + 25 * 60 - quiet_since) / 60)}
+    s.engine.dispose()
+
+
+def test_the_report_and_the_rounds_are_the_instructors_alone(tmp_path, fake_hub):
+    """A learner's token reads its own records only: the report, the room, another's records and the second
+    vote are 403; hostile round requests are 400 with nothing stored; the command writes the same report."""
+    import json
+
+    from shapelab.room import report
+
+    m = _room_course(tmp_path)
+    db = f"sqlite:///{tmp_path / 'room.sqlite'}"
+    s = store.Store(db)
+    table, _ = _simulate(m, s)
+    s.engine.dispose()
+    room = Service(db, list(table), manifest=m)
+    try:
+        for method, path in [("GET", "/report.html"), ("GET", "/report.csv"), ("GET", "/api/room"),
+                             ("GET", "/api/records/l1"), ("POST", "/api/round")]:
+            status, _, _ = room.request(method, path, "r1", {"lesson": "01_x", "prompt": m.lessons[0].prompts[0].line})
+            assert status == 403, (method, path, status)
+        status, mine, _ = room.request("GET", "/api/mine", "r1")
+        assert status == 200 and {r["user"] for r in mine["reveals"]} == {"r1"} and len(mine["reveals"]) == 5
+        line = m.lessons[0].prompts[0].line
+        for what, raw in {"not JSON": b"{", "no prompt": b'{"lesson": "01_x"}', "a list": b"[1]",
+                          "a number for the line": json.dumps({"lesson": "01_x", "prompt": 3}).encode(),
+                          "a prompt the course lacks": json.dumps({"lesson": "01_x", "prompt": line + " "}).encode(),
+                          "NUL": json.dumps({"lesson": "01_x\x00", "prompt": line}).encode()}.items():
+            status, answer, _ = room.request("POST", "/api/round", "teach", raw=raw)
+            assert status == 400 and "\n" not in answer["error"], (what, status, answer)
+        assert room.app.settings["store"].rounds(store.learning.session_of(time.time())) == set()
+        assert room.request("POST", "/api/round", "teach", {"lesson": "01_x", "prompt": line})[0] == 200
+        assert room.request("POST", "/api/round", "teach", {"lesson": "01_x", "prompt": line})[0] == 409
+        status, text, headers = room.request("GET", "/report.csv", "teach")
+        assert status == 200 and headers["Content-Type"].startswith("text/csv")
+    finally:
+        room.close()
+    (tmp_path / "manifest.json").write_text(json.dumps(m.data))
+    with redirect_stdout(io.StringIO()):
+        assert report.main(["--db", db, "--out", str(tmp_path / "out"), "--manifest", str(tmp_path / "manifest.json")]) == 0
+    assert (tmp_path / "out" / "report.csv").read_text() == text.replace("\r\n", "\n")
+    written = (tmp_path / "out" / "report.html").read_text()
+    assert "<svg id=bars" in written and "<svg id=across" in written
+    assert not re.findall(r"(?:src|href)\s*=|<script|url\(|@import", written, re.I)  # nothing fetched, nothing run
+
+
+def test_the_page_and_the_report_read_in_chromium(tmp_path, fake_hub, browser):
+    """The room of 30 a week ago and a room of 20 today, read at 1280 x 800: the page shows today's session
+    (each concept's before, after, g and n; who is stuck where; a prompt's wrong answers with the lesson's idea),
+    opens a second vote on a prompt and shows both rounds side by side; the report shows the latest session and
+    g per concept in each session, as computed from the simulated answers."""
+    m = _room_course(tmp_path)
+    db = f"sqlite:///{tmp_path / 'room.sqlite'}"
+    now = time.time()
+    midnight = time.mktime(time.localtime(now)[:3] + (0, 0, 0, 0, 0, -1))
+    s = store.Store(db)
+    table, _ = _simulate(m, s, later=max(midnight + 1, now - 700))  # today's 20, all of it before now
+    s.engine.dispose()
+    want = _expected(table)
+    room = Service(db, [f"x{i}" for i in range(20)], manifest=m)
+    context = browser.new_context(viewport={"width": 1280, "height": 800},
+                                  extra_http_headers={"Authorization": "token teach"})
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(room.url + "/")
+        page.locator("#concepts tr[data-concept=sizes]").wait_for(timeout=10_000)
+        assert page.locator("#session").inner_text() == time.strftime("%Y-%m-%d", time.localtime(now))
+        cells = page.locator("#concepts tr[data-concept=sizes] td")
+        assert [cells.nth(i).inner_text() for i in range(2, 6)] == ["0%", "75%", "0.75", "20"]
+        assert [page.locator("#stuck tbody tr").nth(i).get_attribute("data-user") for i in range(5)] == \
+            [f"x{i}" for i in range(15, 20)]
+        lessons = page.locator('details.lesson[data-lesson="01_x"] li')
+        lessons.nth(0).locator("button.pin").click()
+        wrong = page.locator("#framed .wrong li")
+        assert wrong.count() == 1 and wrong.nth(0).inner_text() == f"1 (20) · {IDEA}"
+        lessons.nth(3).locator("button.pin").click()
+        page.locator("#framed button.second-vote").click()
+        page.locator("#framed .rounds").wait_for(timeout=10_000)
+        for i in range(5):
+            assert room.post("reveal", f"x{i}", {"id": uuid.uuid4().hex, "lesson": "01_x", "prompt": m.lessons[0].prompts[3].line,
+                                                 "predicted": "5", "measured": "5", "agreed": True})[0] == 201
+        page.evaluate("() => refresh(false)")
+        page.wait_for_function("() => document.querySelectorAll('#framed .rounds .counts').length === 2 && "
+                               "document.querySelectorAll('#framed .rounds .counts')[1].textContent.startsWith('5')")
+        counts = page.locator("#framed .rounds .counts")
+        assert counts.nth(0).inner_text() == "0 of 20 answered · 0 left unanswered · 20 not reached"
+        assert counts.nth(1).inner_text() == "5 of 20 answered · 0 left unanswered · 15 not reached"
+        page.screenshot(path=str(SCREENSHOTS / "room_page_concepts.png"), full_page=True)
+
+        page.goto(room.url + "/report.html")
+        rows = page.locator("#concepts tr[data-concept]")
+        assert [rows.nth(i).get_attribute("data-concept") for i in range(rows.count())] == ["sizes", "marks"]
+        across = page.locator("#sessions tr").nth(1).locator("td")
+        assert across.nth(0).inner_text() == "01 sizes"
+        assert across.nth(1).inner_text() == f"{want['concepts']['sizes']['g']:.2f} (n {want['concepts']['sizes']['n']})"
+        assert across.nth(2).inner_text() == "0.75 (n 20)"
+        assert page.locator("#bars rect:not(.track)").count() == 4 and page.locator("#across circle").count() == 3
+        box = page.locator("#across").bounding_box()
+        assert box["x"] + box["width"] <= 1280  # the plot fits the window
+        page.screenshot(path=str(SCREENSHOTS / "room_report.png"), full_page=True)
+        assert errors == []
+    finally:
+        context.close()
+        room.close()
+
+
+@pytest.mark.parametrize("before, after", [(0.3, 0.65), (0.5, 0.8), (0.3, 0.5)])
+def test_the_noise_of_g_agrees_with_binomial_arithmetic(before, after):
+    """The simulated spread of g for a room of 40 (INSTRUCTOR.md's table) against the delta method on two
+    binomial shares: g = (A - B) / (1 - B), var A = a(1 - a)/(40 post), var B = b(1 - b)/(40 pre)."""
+    from shapelab.room import noise
+
+    s = noise.spread(40, before, after, pre=2, post=1)
+    var_after, var_before = after * (1 - after) / 40, before * (1 - before) / 80
+    sd = (var_after / (1 - before) ** 2 + var_before * (after - 1) ** 2 / (1 - before) ** 4) ** 0.5
+    g = (after - before) / (1 - before)
+    assert s["g"] == pytest.approx(g) and s["median"] == pytest.approx(g, abs=0.02)
+    assert (s["p5"], s["p95"]) == (pytest.approx(g - 1.645 * sd, abs=0.03), pytest.approx(g + 1.645 * sd, abs=0.03))
+
+
+def test_manifest_reads_the_idea_each_wrong_answer_reveals(tmp_path):
+    """A prompt cell's metadata wrong_answers is kept with its prompt (absent where a cell has none, so the
+    course's manifest.json stays as it was); anything but short text to short text stops the build."""
+    from shapelab.room import manifest
+
+    m = _course(tmp_path / "good", [("Predict first", "How many?", "sizes", 2, {"1": IDEA}),
+                                    ("Post question", "Again?", "sizes", 3, {})])
+    assert m.data["lessons"][0]["prompts"][0]["ideas"] == {"1": IDEA} and m.lessons[0].prompts[0].ideas == (("1", IDEA),)
+    assert "ideas" not in m.data["lessons"][0]["prompts"][1] and m.lessons[0].prompts[1].ideas == ()
+    for i, bad in enumerate([{"1": 3}, {"": "an idea"}, {"1": ""}, {"1": "x" * 301}, ["1"]]):
+        with pytest.raises(manifest.ManifestError, match="wrong_answers must map answers"):
+            _course(tmp_path / str(i), [("Predict first", "How many?", "sizes", 2, bad)])
+
+
+def test_a_kernel_is_told_when_its_answer_counts_in_the_second_vote(tmp_path, fake_hub, monkeypatch):
+    """The client against the real service: a reveal before the instructor opens the second vote prints nothing
+    of the room; the same cell re-run after it prints one line and is stored as round 2."""
+    m = _room_course(tmp_path)
+    room = Service(f"sqlite:///{tmp_path / 'room.sqlite'}", ["x1"], manifest=m)
+    monkeypatch.setenv(client.URL_ENV, room.url)
+    monkeypatch.setenv(client.TOKEN_ENV, "x1")  # the fake hub names the learner by the token's text
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/x1/notebooks/01_x.ipynb")
+    line = m.lessons[0].prompts[3].line  # S.reveal(predicted_3, 5)
+    record = {"lesson": "01_x", "prompt": line, "predicted": "4", "measured": "5", "agreed": False}
+    try:
+        for expected in ("", "(room: this answer counts in the second vote the instructor opened)\n"):
+            out = io.StringIO()
+            with redirect_stdout(out):
+                assert client._send("reveal", record) is True
+            assert out.getvalue() == expected
+            if not expected:
+                assert room.request("POST", "/api/round", "teach", {"lesson": "01_x", "prompt": line})[0] == 200
+        assert [r["round"] for r in room.app.settings["store"].records("reveal", "x1")] == [1, 2]
+    finally:
+        room.close()
+
+
+def test_the_guides_noise_table_is_what_the_script_prints():
+    """INSTRUCTOR.md's table of g's spread (section 5) holds the figures python -m shapelab.room.noise gives."""
+    from shapelab.room import noise
+
+    guide = (ROOT / "INSTRUCTOR.md").read_text().split("## 5. Reading the gain")[1]
+    rows = re.findall(r"^\| (\d+) \| (\d+) % \| (\d+) % \| ([\d.]+) \| (-?[\d.]+) and (-?[\d.]+) \| (\d+) % \|$", guide, re.M)
+    assert len(rows) == 6
+    for n, before, after, g, low, high, flagged in rows:
+        s = noise.spread(int(n), int(before) / 100, int(after) / 100)
+        assert (f"{s['g']:.2f}", f"{s['p5']:.2f}", f"{s['p95']:.2f}", f"{s['flagged']:.0%}") == (g, low, high, flagged + "%")
+    between = re.search(r"differ by up to ±([\d.]+) \(n = 20\) or\s+±([\d.]+) \(n = 40\)", guide)
+    for n, bound in zip((20, 40), between.groups()):  # two sessions of one section: the 90 % range of the change
+        low, high = noise.two_sessions(n)
+        assert max(-low, high) == pytest.approx(float(bound), abs=0.01), n

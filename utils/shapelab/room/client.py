@@ -6,7 +6,8 @@ kernels inherit both. Outside a room either is missing and every call returns at
 sent, nothing printed, nothing changes. A send waits at most ``TIMEOUT`` seconds and never raises into
 the lesson: when it fails, one line says the record was not sent and the lesson goes on. Over the room's
 per-learner rate the service answers 429: the kernel says so once, sends nothing until the service's
-Retry-After has passed, and the lesson goes on.
+Retry-After has passed, and the lesson goes on. A reveal the room counts in a second vote (the instructor
+opened one on its prompt: the service decides, from when the record arrives) is said in one line.
 """
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ def _send(kind: str, record: dict) -> bool | None:
                                      headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            if kind == "reveal" and _answer(response).get("round") == 2:
+                print("(room: this answer counts in the second vote the instructor opened)")
             return 200 <= response.status < 300
     except Exception as e:  # a slow or absent room must never stop the lesson
         what = "prediction" if kind == "reveal" else "check result"
@@ -76,6 +79,15 @@ def _send(kind: str, record: dict) -> bool | None:
             return False
         print(f"(room: this {what} was not recorded for the instructor: {_reason(e)}; the lesson goes on)")
         return False
+
+
+def _answer(response) -> dict:
+    """The service's JSON answer, or {} when it is not one."""
+    try:
+        answer = json.loads(response.read(4096))
+        return answer if isinstance(answer, dict) else {}
+    except Exception:
+        return {}
 
 
 def _retry_after(e) -> float:

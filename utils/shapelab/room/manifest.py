@@ -6,9 +6,11 @@ which is what a learner's kernel sends (``client``); its question is the ``> **P
 blockquote above it. A prompt belongs to a concept when that markdown cell carries the tag
 ``concept:NAME`` (JupyterLab's cell tags: invisible to the learner); a ``> **Post question.** ...`` of the
 same concept re-tests it after the lesson, so the room can set each concept's right-after against its
-right-before (issue 30). A lab is keyed by its ``S.Checker("label")``; its exercises are the names its
-``checker.run("...")`` / ``checker.check("...")`` calls give, in the notebook's order. Nothing measured is in
-here: what a run measures comes from the learners' kernels.
+right-before (issue 30). The cell's metadata ``wrong_answers`` (``{"1": "the idea that answer reveals"}``,
+keyed by the answer as the kernel sends it) words what a common wrong prediction gets wrong, for the room's
+page and report; it is stored only where a cell has it. A lab is keyed by its ``S.Checker("label")``; its
+exercises are the names its ``checker.run("...")`` / ``checker.check("...")`` calls give, in the notebook's
+order. Nothing measured is in here: what a run measures comes from the learners' kernels.
 
     python -m shapelab.room.manifest            # rewrite manifest.json from notebooks/ and solutions/
     python -m shapelab.room.manifest --check    # exit 1 if manifest.json is not what they give
@@ -42,6 +44,7 @@ class Prompt:
     name: str      # what the learner fills in: the reveal's first argument ("predicted_graphs")
     concept: str = ""  # the markdown cell's tag concept:NAME, "" when it has none
     phase: str = "pre"  # "post" for a "Post question", asked after the lesson taught the concept
+    ideas: tuple[tuple[str, str], ...] = ()  # (a wrong answer, the idea it reveals), from the cell's metadata
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ class Manifest:
 
     def __init__(self, data: dict):
         self.data = data
-        self.lessons = [Lesson(d["id"], d["title"], tuple(Prompt(**p) for p in d["prompts"])) for d in data["lessons"]]
+        self.lessons = [Lesson(d["id"], d["title"], tuple(_prompt(p) for p in d["prompts"])) for d in data["lessons"]]
         self.labs = [Lab(d["id"], d["label"], d["title"], tuple(d["exercises"])) for d in data["labs"]]
         self._prompts = {(lesson.id, p.line): (lesson, i) for lesson in self.lessons for i, p in enumerate(lesson.prompts)}
         self._labs = {lab.label: lab for lab in self.labs}
@@ -87,6 +90,10 @@ class Manifest:
         return max([len(x.prompts) for x in self.lessons] + [len(x.exercises) for x in self.labs])
 
 
+def _prompt(data: dict) -> Prompt:
+    return Prompt(**data | {"ideas": tuple(data.get("ideas", {}).items())})
+
+
 def load(path: Path = PATH) -> Manifest:
     """The checked-in manifest (what the room service accepts)."""
     return Manifest(json.loads(Path(path).read_text()))
@@ -107,11 +114,11 @@ def _cells(path: Path):
             if source.lstrip().startswith("%%"):
                 continue  # a cell magic: not Python
             source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n"))
-        yield i, cell["cell_type"], source, cell.get("metadata", {}).get("tags", [])
+        yield i, cell["cell_type"], source, cell.get("metadata", {})
 
 
 def _title(path: Path) -> str:
-    for _, kind, source, _tags in _cells(path):
+    for _, kind, source, _meta in _cells(path):
         for line in source.splitlines():
             if kind == "markdown" and line.startswith("# "):
                 return line[2:].strip()
@@ -133,16 +140,17 @@ def _calls(tree: ast.Module, names: set[str]):
 
 
 def _lesson(path: Path) -> dict:
-    question = None  # (kind, text, concept) of the latest blockquote prompt above
+    question = None  # (kind, text, concept, ideas) of the latest blockquote prompt above
     prompts, seen = [], {}
-    for i, kind, source, tags in _cells(path):
+    for i, kind, source, meta in _cells(path):
         if kind == "markdown":
             quote = [line for line in source.splitlines() if line.startswith(">")]
             match = PROMPT.match(quote[0]) if quote else None
             if match:
                 rest = " ".join(q.lstrip(">").strip() for q in quote[1:])
-                concept = next((t.split(":", 1)[1].strip() for t in tags if t.startswith("concept:")), "")
-                question = (match.group(1).strip(), " ".join(f"{match.group(2)} {rest}".split()), concept)
+                concept = next((t.split(":", 1)[1].strip() for t in meta.get("tags", []) if t.startswith("concept:")), "")
+                question = (match.group(1).strip(), " ".join(f"{match.group(2)} {rest}".split()), concept,
+                            _ideas(path, i, meta.get("wrong_answers", {})))
             continue
         if kind != "code":
             continue
@@ -158,13 +166,23 @@ def _lesson(path: Path) -> dict:
             seen[line] = i
             name = ast.get_source_segment(source, call.args[0]) if call.args else ""
             prompts.append({"line": line, "kind": question[0], "question": question[1], "name": name or "",
-                            "concept": question[2], "phase": "post" if question[0].lower().startswith("post") else "pre"})
+                            "concept": question[2], "phase": "post" if question[0].lower().startswith("post") else "pre"}
+                           | ({"ideas": question[3]} if question[3] else {}))  # absent, not empty: the file stays as it was
     return {"id": path.stem, "title": _title(path), "prompts": prompts}
+
+
+def _ideas(path: Path, i: int, ideas) -> dict:
+    """A cell's ``wrong_answers``: answer text to the idea it reveals, both short text."""
+    if not isinstance(ideas, dict) or not all(isinstance(k, str) and isinstance(v, str) and 0 < len(k) <= LINE_LIMIT
+                                               and 0 < len(v) <= 300 for k, v in ideas.items()):
+        raise ManifestError(f"{path.name}, cell {i}: metadata wrong_answers must map answers (as the kernel sends them, "
+                            f"at most {LINE_LIMIT} characters) to the idea each reveals (at most 300)")
+    return dict(ideas)
 
 
 def _lab(path: Path) -> dict:
     label, checker, exercises = None, None, []
-    for i, kind, source, _tags in _cells(path):
+    for i, kind, source, _meta in _cells(path):
         if kind != "code":
             continue
         tree = _parse(path, i, source)

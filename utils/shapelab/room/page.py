@@ -2,7 +2,9 @@
 answered, left unanswered and not reached, the room's predictions as bars and what most kernels measured;
 every prompt of every lesson in order (a button frames one; "follow the room" frames the prompt most
 learners reached last); where each learner is, with a button that removes their records; every lab's
-exercises in order with passed / tried / not started.
+exercises in order with passed / tried / not started; each concept's gain, the framed prompt's most common
+wrong predictions with the idea each reveals, who is stuck where, a second vote on the framed prompt (its
+two rounds side by side), and the session report.
 
 One HTML file with its script, kept in a module so that it installs with the package. ``{{xsrf}}``
 is replaced by the hub's XSRF token when served. Every value is set as text, never as HTML.
@@ -40,12 +42,15 @@ PAGE = """<!doctype html>
   #positions th:nth-child(1) { width: 6.5em; } #positions th:nth-child(2) { width: 10.5em; }
   #positions th:nth-child(4) { width: 5em; }
   #positions td { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+  .rounds { display: grid; grid-template-columns: 1fr 1fr; gap: 1em; } .rounds h3 { margin-top: .2em; }
+  #framed .wrong { margin-top: .4em; } #framed .wrong li .idea { color: #555; }
   .labs table { min-width: 40em; margin-bottom: .4em; } #concepts tr.low td { background: #fce8e6; }
 </style>
 </head>
 <body>
-<div><h1>The room</h1> · <span id="learners">…</span> · refreshed <span id="refreshed">never</span> ·
-  <a id="export" href="export.csv" download>export the session as CSV</a></div>
+<div><h1>The room</h1> · session of <span id="session">…</span> · <span id="learners">…</span> · refreshed <span id="refreshed">never</span> ·
+  <a id="export" href="export.csv" download>export the session as CSV</a> ·
+  <a id="report" href="report.html" target="_blank">session report</a> (<a href="report.csv" download>CSV</a>)</div>
 <section id="framed"><p class="muted">No prediction yet: the framed prompt appears when a learner reaches one.</p></section>
 <div class="columns">
   <section><h2>Prompts, lesson by lesson <span class="muted">(answered of N; "frame" shows one above)</span></h2>
@@ -53,7 +58,11 @@ PAGE = """<!doctype html>
   <section><h2>Where each learner is</h2>
     <table id="positions"><thead><tr><th>learner</th><th>last prompt reached</th><th>last lab check</th><th></th></tr></thead>
       <tbody></tbody></table>
-    <div id="removals" class="muted"></div></section>
+    <div id="removals" class="muted"></div>
+    <div id="stuck" hidden><h2>Who is stuck where <span class="muted">(wrong on a post question; or no record for
+      10 minutes while the room went on)</span></h2>
+      <table><thead><tr><th>learner</th><th>wrong after</th><th>minutes quiet</th></tr></thead><tbody></tbody></table>
+    </div></section>
 </div>
 <section id="concepts" hidden><h2>Concepts <span class="muted">(right before: the prompts; right after: the post
   questions; over the learners who answered both; g = (after - before) / (1 - before), below 0.3 flagged)</span></h2>
@@ -109,6 +118,34 @@ function renderFramed(lesson, p, isPinned) {
   const source = el("div", "muted", "the learner fills in ");
   source.append(el("code", "", p.name), " · revealed by ", el("code", "", p.line));
   box.append(source);
+  if (p.second) {
+    const both = el("div", "rounds");
+    for (const [title, votes] of [["first vote", p], ["second vote", p.second]]) {
+      const col = el("div", "round"); col.dataset.round = title; col.append(el("h3", "", title)); renderVotes(col, votes);
+      both.append(col);
+    }
+    box.append(both);
+  } else {
+    renderVotes(box, p);
+    const b = el("button", "second-vote", "open a second vote"); b.title = "from now on, this prompt's reveals count as a second round";
+    b.onclick = async () => {
+      const r = await fetch("api/round", {method: "POST", headers: {"X-XSRFToken": XSRF, "Content-Type": "application/json"},
+                                          body: JSON.stringify({lesson: lesson.id, prompt: p.line})});
+      if (r.ok) refresh(false); else alert("not opened: " + r.status);
+    };
+    box.append(b);
+  }
+  if (p.wrong.length) {
+    const w = el("div", "wrong", "most common wrong predictions: "), ul = el("ul");
+    for (const [v, n, idea] of p.wrong) {
+      const li = el("li"); li.dataset.value = v;
+      li.append(value(v), ` (${n})`, el("span", "idea", idea ? " · " + idea : ""));
+      ul.append(li);
+    }
+    w.append(ul); box.append(w);
+  }
+}
+function renderVotes(box, p) {  // one round's counts, its bars, and what the kernels measured
   const N = room.learners.n, counts = el("div", "counts");
   counts.append(el("b", "", `${p.answered} of ${N} answered`),
                 ` · ${p.unanswered} left unanswered · ${p.not_reached} not reached`);
@@ -131,6 +168,7 @@ function renderFramed(lesson, p, isPinned) {
 }
 function render(data) {
   room = data;
+  document.getElementById("session").textContent = room.session;
   document.getElementById("learners").textContent = `N = ${room.learners.n} learners: ${room.learners.basis}`;
   document.getElementById("refreshed").textContent = new Date().toLocaleTimeString();
   const [fl, fp, isPinned] = framedPrompt();
@@ -175,6 +213,14 @@ function render(data) {
     `${r.removed_by} removed ${r.user}'s ${r.reveals} predictions and ${r.checks} checks at ${new Date(r.at * 1000).toLocaleTimeString()}`)
     .concat(room.not_in_course ? [`${room.not_in_course} records name prompts or exercises no longer in the course (in the CSV)`] : [])
     .join("; ");
+  const stuck = document.getElementById("stuck"), stuckRows = stuck.querySelector("tbody");
+  stuck.hidden = !room.stuck.length; stuckRows.replaceChildren();
+  for (const x of room.stuck) {
+    const tr = el("tr"); tr.dataset.user = x.user;
+    tr.append(el("td", "", x.user), el("td", "", x.wrong_after.join(", ") || "–"),
+              el("td", "n", x.idle_min === null ? "" : String(x.idle_min)));
+    stuckRows.append(tr);
+  }
   const concepts = document.getElementById("concepts"), rows = concepts.querySelector("tbody");
   concepts.hidden = !room.concepts.length; rows.replaceChildren();
   const pct = x => x === null ? "–" : Math.round(100 * x) + "%";

@@ -3,7 +3,8 @@ the instructor's page.
 
 It has no passwords of its own. A kernel posts with its server's ``JUPYTERHUB_API_TOKEN``; a browser
 comes with the hub's OAuth cookie; either way the hub names the user, so a learner can only write
-as themself. The instructor (the hub's admin, named in ``SHAPELAB_ROOM_INSTRUCTORS``) sees the room;
+as themself. The instructor (the hub's admin, named in ``SHAPELAB_ROOM_INSTRUCTORS``) sees the room and
+the session report (``report.html``, ``report.csv``) and opens a second vote on a prompt (``api/round``);
 a learner sees only their own records, and only the instructor can remove a learner's records.
 
 A record is taken only when it names a lesson's prompt or a lab's exercise of the course's manifest
@@ -27,6 +28,7 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated,
 from tornado import httpclient, ioloop, web
 
 from . import manifest as course
+from . import report
 from .page import PAGE
 from .store import Store
 
@@ -164,7 +166,9 @@ class RecordHandler(RoomHandler):
             raise web.HTTPError(400, str(e)) from None
         stored = self.store.add(kind, user, record)  # committed before we answer
         self.set_status(201 if stored else 200)
-        self.finish({"stored": stored, "id": record["id"]})
+        # the round the store counted a reveal in: the kernel says so when it is the second vote
+        self.finish({"stored": stored, "id": record["id"]} |
+                    ({"round": self.store.round_of(record["id"])} if kind == "reveal" else {}))
 
 
 class MineHandler(RoomHandler):
@@ -200,6 +204,40 @@ class ExportHandler(RoomHandler):
         self.set_header("Content-Type", "text/csv; charset=utf-8")
         self.set_header("Content-Disposition", f'attachment; filename="room-{time.strftime("%Y%m%d-%H%M")}.csv"')
         self.finish(self.store.export_csv())
+
+
+class ReportHandler(RoomHandler):
+    def get(self, kind):
+        """The session report (``report``): the page the instructor keeps, or its CSV."""
+        self.instructor()
+        summary = report.sessions(self.settings["manifest"], self.store.records("reveal"))
+        if kind == "csv":
+            self.set_header("Content-Type", "text/csv; charset=utf-8")
+            self.set_header("Content-Disposition", f'attachment; filename="room-report-{time.strftime("%Y%m%d")}.csv"')
+            self.finish(report.to_csv(summary))
+        else:
+            self.set_header("Content-Type", "text/html; charset=utf-8")
+            self.set_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")  # no script runs
+            self.finish(report.to_html(summary))
+
+
+class RoundHandler(RoomHandler):
+    def post(self):
+        """Open the second vote on one prompt of the course (the instructor only): the reveals of that prompt
+        sent from now on are round 2. The body names it: {"lesson": ..., "prompt": the reveal's line}."""
+        by = self.instructor()
+        try:
+            body = json.loads(self.request.body)
+            lesson, prompt = body["lesson"], body["prompt"]
+        except (ValueError, KeyError, TypeError):
+            raise web.HTTPError(400, 'the body is {"lesson": ..., "prompt": ...}') from None
+        if not isinstance(lesson, str) or not isinstance(prompt, str) or \
+                self.settings["manifest"].prompt(lesson, prompt) is None:
+            raise web.HTTPError(400, "no such prompt in the course")
+        opened = self.store.open_round(lesson, prompt, by)
+        if opened is None:
+            raise web.HTTPError(409, "the second vote on this prompt is open already")
+        self.finish({"lesson": lesson, "prompt": prompt, "round": opened})
 
 
 class PageHandler(RoomHandler):
@@ -263,6 +301,8 @@ def make_app(db: str, instructors: list[str], prefix: str = "/services/room/", m
         (prefix + r"api/remove/([^/]+)", RemoveHandler),
         (prefix + "api/room", RoomSummaryHandler),
         (prefix + "export.csv", ExportHandler),
+        (prefix + r"report\.(html|csv)", ReportHandler),
+        (prefix + "api/round", RoundHandler),
         (prefix + "?", PageHandler),
     ], store=store, manifest=manifest, instructors=set(instructors), roster=roster or Roster(instructors),
         limit=RateLimit(burst=2 * manifest.records_per_run() + 10, per_minute=PER_MINUTE), page=PAGE,

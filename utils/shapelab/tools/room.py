@@ -15,7 +15,8 @@ repository, which must therefore be closed to other users (``--check`` says how)
 progress. Once the hub answers, Inductor's cache is warmed in the background (``tools.warmup``,
 only the lessons that fill it) and copied into every learner's own cache at their server's start.
 Idle servers stop after ``--idle-timeout`` seconds. Ctrl-C stops the hub, its proxy and services,
-every learner's server and kernel.
+every learner's server and kernel, and writes the session report into ``<state>/report/``
+(``shapelab.room.report``).
 """
 from __future__ import annotations
 
@@ -312,6 +313,7 @@ def main(argv=None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
     others: list[subprocess.Popen] = []
+    opened = False
     try:  # while the hub starts: the learners' course, Python and accounts
         accounts.course_copy(COURSE, Path(room.course))
         accounts.learner_env(sys.executable, Path(room.course), beside / "python")  # its bin/python: learner_python
@@ -327,6 +329,7 @@ def main(argv=None) -> int:
             return hub.returncode or 1
         print(f"the room is open at {url}/ ({time.monotonic() - start:.0f} s after the command); "
               f"the instructor's page: {url}/services/room/; Ctrl-C stops it", flush=True)
+        opened = True
         if not args.no_warmup:
             # with the learners' own Python: Inductor's cache keys include the interpreter
             print(f"warming Inductor's cache in the background, niced (--no-warmup to skip): learners who start "
@@ -343,6 +346,22 @@ def main(argv=None) -> int:
         print("stopping the room: the hub, its proxy and services, every learner's server and kernel", flush=True)
         stop_all(hub, others, state / "proxy.pid")
         print("the room is stopped", flush=True)
+        if opened:
+            write_report(room.store_url, state / "report")
+
+
+def write_report(db: str, out: Path) -> None:
+    """The session report (``shapelab.room.report``) into ``out``, said in one line; a store that cannot be read
+    costs one line too, never the stop."""
+    from shapelab.room import manifest, report, store
+
+    try:
+        records = store.Store(db)
+        html, csv_ = report.write(records, manifest.load(), out)
+        records.engine.dispose()
+        print(f"the session report: {html} and {csv_} (python -m shapelab.room.report writes it again)", flush=True)
+    except Exception as e:  # the room is stopped already: a report is a bonus
+        print(f"no session report: {type(e).__name__}: {e}"[:300], flush=True)
 
 
 def _wait(done, hub: subprocess.Popen, stopping: threading.Event, timeout: float | None) -> bool:
