@@ -1,4 +1,4 @@
-"""What a room learned, from its reveals alone: each prompt's latest answer per learner, which answers were
+"""What a room learned, from its reveals alone: each prompt's first answer per learner, which answers were
 right, each concept's gain, the most common wrong predictions, and who is stuck where.
 
 Pure functions over the store's reveal records (dicts), so the live page (``Store.room``) and the session
@@ -20,16 +20,20 @@ def session_of(at: float) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(at))
 
 
-def latest(manifest, reveals: list[dict]) -> tuple[dict, int]:
-    """({(lesson, line): {user: their latest reveal}}, how many name no prompt of ``manifest``); ``reveals``
-    oldest first, as the store returns them."""
+def first_answers(manifest, reveals: list[dict]) -> tuple[dict, int]:
+    """({(lesson, line): {user: their first answered reveal, else their latest blank one}}, how many name no
+    prompt of ``manifest``); ``reveals`` oldest first, as the store returns them. An answer changed after the run
+    printed its measurement is no prediction, so the first answer counts, as in the learner's own summary
+    (``labkit.learning``)."""
     found: dict[tuple, dict] = {}
     unknown = 0
     for r in reveals:
         if manifest.prompt(r["lesson"], r["prompt"]) is None:  # a prompt since removed from the course
             unknown += 1
             continue
-        found.setdefault((r["lesson"], r["prompt"]), {})[r["user"]] = r
+        by_user = found.setdefault((r["lesson"], r["prompt"]), {})
+        if not by_user.get(r["user"], {}).get("answered"):
+            by_user[r["user"]] = r
     return found, unknown
 
 
@@ -92,7 +96,7 @@ def wrong_predictions(prompt, by_user: dict) -> list[list]:
 
 
 def stuck(manifest, found: dict, everyone: list[str], last_seen: dict[str, float], now: float | None = None) -> list[dict]:
-    """Per learner who needs a look: the concepts whose post question they got wrong (their latest answer),
+    """Per learner who needs a look: the concepts whose post question they got wrong (their first answer),
     and the minutes since their last record when that is over ``STUCK_AFTER`` while someone sent one since."""
     now = time.time() if now is None else now
     wrong_after: dict[str, list[str]] = {}

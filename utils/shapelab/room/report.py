@@ -36,7 +36,7 @@ def sessions(manifest, reveals: list[dict]) -> dict[str, dict]:
     out = {}
     for day in sorted(days):
         first = [r for r in days[day] if r["round"] == 1]
-        found, _ = learning.latest(manifest, first)
+        found, _ = learning.first_answers(manifest, first)
         last_seen: dict[str, float] = {}
         for r in days[day]:
             last_seen[r["user"]] = r["at"]

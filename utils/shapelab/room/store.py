@@ -6,7 +6,8 @@ for a hub on several machines. The same SQLAlchemy Core statements serve both. T
 versioned: ``MIGRATIONS`` lists the steps in order and ``Store`` applies the missing ones at start.
 
 ``Store.room`` is what the instructor's page shows, read against the course's manifest: each learner
-counts once per prompt (their latest record), and the measured value is what most kernels measured.
+counts once per prompt (their first answer, as
+the learner's own summary does), and the measured value is what most kernels measured.
 """
 from __future__ import annotations
 
@@ -193,8 +194,8 @@ class Store:
         newest = max((r["at"] for rs in everything.values() for r in rs), default=time.time() if now is None else now)
         session = learning.session_of(newest)
         reveals, session_checks = ([r for r in everything[kind] if learning.session_of(r["at"]) == session] for kind in KINDS)
-        found, unknown = learning.latest(manifest, [r for r in reveals if r["round"] == 1])
-        second, unknown_second = learning.latest(manifest, [r for r in reveals if r["round"] == 2])
+        found, unknown = learning.first_answers(manifest, [r for r in reveals if r["round"] == 1])
+        second, unknown_second = learning.first_answers(manifest, [r for r in reveals if r["round"] == 2])
         unknown += unknown_second
         where: dict[str, dict] = {}  # user -> their latest reveal, as a position
         last_seen: dict[str, float] = {}
