@@ -330,3 +330,21 @@ def test_folded_logs_keeps_every_line_and_gives_torch_its_stream_back(capsys, mo
     folded.show_folded("\n".join(f"l{n}" for n in range(10)), first=3)
     assert capsys.readouterr().out.splitlines() == ["l0", "l1", "l2"]
     assert len(shown) == 1 and "<details>" in shown[0] and "l9" in shown[0] and "l2" not in shown[0]
+
+
+# --- The course report and the GPU check count the timing rule's verdict too (issue 28). ---------------------
+def test_the_tools_count_every_verdict_a_ledger_writes():
+    from shapelab.labkit.ledger import VERDICTS
+    from shapelab.tools import fullrun, gpucheck
+
+    assert set(fullrun.LEDGER_VERDICTS) == {*VERDICTS.values(), S.timing.NOT_DISTINGUISHABLE}
+    slow, fast = S.timing.Timing((1.0, 1.1, 1.2, 1.3)), S.timing.Timing((1.05, 1.15, 1.25))
+    ledger = S.Ledger("99_verdicts")
+    ledger.add("a", "s", "m", True), ledger.add("b", "s", "m", False), ledger.add("c", "s", "m", None)
+    ledger.add_timing("d", "s", S.timing.compare(fast, slow), agrees=True)   # overlapping: no verdict
+    claims = ledger.rows()
+    assert fullrun.verdict_summary(claims) == ("4 ledger rows: 1 agree, 1 differ, 1 not measurable here, "
+                                               "1 not distinguishable on this machine")
+    lesson = gpucheck.LessonResult("99_verdicts", True, True, 1.0, "", 4, 1, 1)
+    report = gpucheck.render_report([], [lesson], {}, seconds=1, budget_s=10)
+    assert "not distinguishable on this machine |" in report and "| 4 | 1 | 1 |" in report
