@@ -113,6 +113,66 @@ def lesson_time(cells, run_seconds: float | None = None) -> LessonTime:
                       further_prompts=further["prompts"])
 
 
+SECTION = re.compile(r"^\s{0,3}##\s+(.*\S)")       # a main section: "## 3. Lab bench"
+SUBSECTION = re.compile(r"^\s{0,3}###\s+(.*\S)")  # a part of *Going further*: each one an instructor may skip
+PREFACE = "title, goals, parameters, setup"
+
+
+def sections(cells, cell_seconds=None) -> list[dict]:
+    """The lesson cut where an instructor plans it: ``{"section", "further", "minutes", "run_s"}`` per section.
+
+    The main path is cut at its ``##`` headings (what comes before the first is the preface), *Going further* at
+    its ``###`` headings. ``minutes`` is what ``lesson_time`` counts for the section's cells (prose, code, prompts,
+    the bench), without the run; ``run_s`` the seconds its code cells took, from ``cell_seconds`` (cell id ->
+    seconds, e.g. an executed copy's), None without them.
+    """
+    rows, further = [{"section": PREFACE, "further": False, "cells": [], "run_s": None}], False
+    for cell in cells:
+        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            lines = source.splitlines()
+            further |= any(GOING_FURTHER.match(line) for line in lines)
+            head = next((m.group(1) for line in lines for m in [(SUBSECTION if further else SECTION).match(line)] if m), None)
+            if head and not GOING_FURTHER.match(f"## {head}"):
+                rows.append({"section": head, "further": further, "cells": [], "run_s": None})
+        rows[-1]["cells"].append(cell)
+        seconds = (cell_seconds or {}).get(cell.get("id"))
+        if seconds is not None:
+            rows[-1]["run_s"] = (rows[-1]["run_s"] or 0.0) + seconds
+    for row in rows:
+        t = lesson_time(row.pop("cells"), run_seconds=0)
+        row["minutes"] = (t.words / WORDS_PER_MINUTE + t.code_lines / CODE_LINES_PER_MINUTE
+                          + t.prompts * PROMPT_MINUTES + (BENCH_MINUTES if t.bench else 0))
+    return rows
+
+
+def executed_seconds(executed: Path) -> dict:
+    """Seconds per cell id of an executed copy (tests/nbval_capture.py's ``shapelab.seconds``, papermill's duration)."""
+    import nbformat
+
+    out = {}
+    for cell in nbformat.read(executed, as_version=4).cells:
+        meta = cell.get("metadata", {})
+        seconds = meta.get("shapelab", {}).get("seconds", meta.get("papermill", {}).get("duration"))
+        if seconds is not None:
+            out[cell.get("id")] = seconds
+    return out
+
+
+def section_table(notebook: Path, executed: Path | None = None) -> str:
+    """A Markdown table of ``sections``, as INSTRUCTOR.md shows it for each lesson."""
+    import nbformat
+
+    cells = nbformat.read(notebook, as_version=4).cells
+    seconds = executed_seconds(executed) if executed and Path(executed).exists() else None
+    lines = ["| section | minutes (read, code, prompts, bench) | runs in (CI, this machine) |", "|---|---|---|"]
+    for row in sections(cells, seconds):
+        name = f"*Going further*: {row['section']}" if row["further"] else row["section"]
+        run = "" if row["run_s"] is None else f"{row['run_s']:.0f} s" if row["run_s"] >= 1 else "under 1 s"
+        lines.append(f"| {name} | {row['minutes']:.1f} | {run} |")
+    return "\n".join(lines)
+
+
 def measure(notebook: Path, timings: Path | None = None) -> LessonTime:
     """A lesson's time from its file and, when recorded, its CI run (default: test-artifacts/timings.jsonl)."""
     import nbformat
