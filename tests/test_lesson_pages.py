@@ -407,3 +407,31 @@ def test_a_timing_prompts_answer_is_the_rules_verdict():
     assert S.timing.compare(slow, fast).answer == "slower" and S.timing.compare(fast, slow).answer == "faster"
     assert S.timing.compare(near, slow).answer == S.timing.NOT_TOLD_APART == "not distinguishable"
     assert S.timing.compare(near, slow).ratio > 1   # a median above, inside the spread: still no verdict
+
+
+def test_folded_logs_without_prints_folds_torchs_log_only(capsys, monkeypatch):
+    """``prints=False``: the cell's own prints stay on the page as they come; torch's log (here the recompile-limit
+    WARNING, as lesson 03 repeats it) is held and shown by its first line, the rest folded."""
+    import logging
+    import sys
+
+    from shapelab.labkit import folded
+    shown = []
+    monkeypatch.setattr(folded, "_in_notebook", lambda: True)
+    monkeypatch.setattr(folded, "_display_html", shown.append)
+    console = logging.StreamHandler(sys.stderr)   # as in a kernel: a torch handler printing to this stderr
+    logging.getLogger("torch._dynamo").addHandler(console)
+    try:
+        with S.isolated(), torch._dynamo.config.patch(recompile_limit=1):
+            compiled = torch.compile(_head, backend="eager", dynamic=False)
+            with folded.folded_logs(1, "the rest", prints=False):
+                for n in (2, 3):
+                    compiled(torch.randn(n, 3))
+                    print(f"called with {n}")
+    finally:
+        logging.getLogger("torch._dynamo").removeHandler(console)
+    out = capsys.readouterr()
+    lines = out.out.splitlines()
+    assert lines[:2] == ["called with 2", "called with 3"] and "hit config.recompile_limit" in lines[2], lines
+    assert len(lines) == 3 and "recompile_limit" not in out.err, out
+    assert len(shown) == 1 and "the rest" in shown[0] and "last reason" in shown[0], shown
