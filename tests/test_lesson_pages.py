@@ -435,3 +435,16 @@ def test_folded_logs_without_prints_folds_torchs_log_only(capsys, monkeypatch):
     assert lines[:2] == ["called with 2", "called with 3"] and "hit config.recompile_limit" in lines[2], lines
     assert len(lines) == 3 and "recompile_limit" not in out.err, out
     assert len(shown) == 1 and "the rest" in shown[0] and "last reason" in shown[0], shown
+
+
+def test_l05_the_tokens_per_expert_come_after_the_capacity_prompt():
+    """Lesson 05's capacity prompt (factor 1.0: what share is dropped; which factor drops none) was answerable by
+    arithmetic on the per-expert counts printed in section 4 (issue 28): no cell above it may show them."""
+    cells = _cells(ROOT / "notebooks" / "05_data_dependent_shapes.ipynb")
+    prompt = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith(PROMPT)
+                  and "factor 1.0" in c.source)
+    shows_counts = [i for i, c in enumerate(cells) if c.cell_type == "code"
+                    and re.search(r"\"tokens per expert\": c\b|print\([^)]*\bcounts\b", c.source)]   # the table, or a print of it
+    assert shows_counts and min(shows_counts) > prompt, (prompt, shows_counts)
+    overflow = next(c for c in cells[:prompt] if c.cell_type == "code" and "cap_125 =" in c.source)
+    assert "{overflow} tokens" not in overflow.source, "the factor-1.25 line prints the overflow count again"
