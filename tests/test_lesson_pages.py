@@ -448,3 +448,12 @@ def test_l05_the_tokens_per_expert_come_after_the_capacity_prompt():
     assert shows_counts and min(shows_counts) > prompt, (prompt, shows_counts)
     overflow = next(c for c in cells[:prompt] if c.cell_type == "code" and "cap_125 =" in c.source)
     assert "{overflow} tokens" not in overflow.source, "the factor-1.25 line prints the overflow count again"
+
+
+def test_readtime_prints_a_lessons_sections_on_request(capsys):
+    path = ROOT / "notebooks" / "02_zero_one_specialisation.ipynb"
+    assert readtime.main(["--sections", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("02_zero_one_specialisation: ") and out[1].startswith("| section | minutes")
+    assert [line.split("|")[1].strip() for line in out[3:] if line.startswith("| ")] == [
+        f"*Going further*: {r['section']}" if r["further"] else r["section"] for r in readtime.sections(_cells(path))]

@@ -10,8 +10,8 @@ A lesson's time is what a learner spends on its main path, the cells before its 
 - the run: the seconds the lesson took to execute at CI size on a CPU (tests/test_notebooks.py records them
   in test-artifacts/timings.jsonl; without a record, the CI budget of ``RUN_BUDGET_S``, its upper bound).
 
-``python -m shapelab.labkit.readtime`` prints every lesson's figures; the title cell states the total and
-tests/test_lesson_pages.py fails when the two drift apart.
+``python -m shapelab.labkit.readtime`` prints every lesson's figures (``--sections``: per section, the tables of
+INSTRUCTOR.md); the title cell states the total and tests/test_lesson_pages.py fails when the two drift apart.
 """
 from __future__ import annotations
 
@@ -189,12 +189,19 @@ def stated_minutes(title: str) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print each lesson's measured time (the given notebooks, or every lesson); exit status 0."""
+    """Print each lesson's measured time (the given notebooks, or every lesson); with ``--sections``, each one's
+    table of sections as INSTRUCTOR.md shows it (CI seconds from test-artifacts/executed/ where a run left them).
+    Exit status 0."""
+    argv = list(argv or [])
+    by_section = "--sections" in argv
     root = Path(__file__).resolve().parents[3]
-    paths = [Path(p) for p in (argv or [])] or sorted((root / "notebooks").glob("[0-9]*.ipynb"))
+    paths = [Path(p) for p in argv if p != "--sections"] or sorted((root / "notebooks").glob("[0-9]*.ipynb"))
     for path in paths:
         t = measure(path)
         print(f"{path.stem}: {t.summary()}")
+        if by_section:
+            executed = path.resolve().parents[1] / "test-artifacts" / "executed" / f"{path.parent.name}__{path.name}"
+            print(section_table(path, executed) + "\n")
     return 0
 
 
