@@ -330,3 +330,130 @@ def test_folded_logs_keeps_every_line_and_gives_torch_its_stream_back(capsys, mo
     folded.show_folded("\n".join(f"l{n}" for n in range(10)), first=3)
     assert capsys.readouterr().out.splitlines() == ["l0", "l1", "l2"]
     assert len(shown) == 1 and "<details>" in shown[0] and "l9" in shown[0] and "l2" not in shown[0]
+
+
+# --- The course report and the GPU check count the timing rule's verdict too (issue 28). ---------------------
+def test_the_tools_count_every_verdict_a_ledger_writes():
+    from shapelab.labkit.ledger import VERDICTS
+    from shapelab.tools import fullrun, gpucheck
+
+    assert set(fullrun.LEDGER_VERDICTS) == {*VERDICTS.values(), S.timing.NOT_DISTINGUISHABLE}
+    slow, fast = S.timing.Timing((1.0, 1.1, 1.2, 1.3)), S.timing.Timing((1.05, 1.15, 1.25))
+    ledger = S.Ledger("99_verdicts")
+    ledger.add("a", "s", "m", True), ledger.add("b", "s", "m", False), ledger.add("c", "s", "m", None)
+    ledger.add_timing("d", "s", S.timing.compare(fast, slow), agrees=True)   # overlapping: no verdict
+    claims = ledger.rows()
+    assert fullrun.verdict_summary(claims) == ("4 ledger rows: 1 agree, 1 differ, 1 not measurable here, "
+                                               "1 not distinguishable on this machine")
+    lesson = gpucheck.LessonResult("99_verdicts", True, True, 1.0, "", 4, 1, 1)
+    report = gpucheck.render_report([], [lesson], {}, seconds=1, budget_s=10)
+    assert "not distinguishable on this machine |" in report and "| 4 | 1 | 1 |" in report
+
+
+def test_l06_title_counts_the_patterns_it_has():
+    """Lesson 06's title names its patterns, here and in *Going further*: each named one has a heading in its part,
+    and the number the title states is the number it names (it said "seven" of eight)."""
+    cells = _cells(ROOT / "notebooks" / "06_recompiles_in_the_wild.ipynb")
+    parts = re.search(r"(\w+) here \(([^)]*)\) and (\w+) in \*Going further\* \(([^)]*)\)", cells[0].source)
+    assert parts, "the title no longer says how many patterns each part has"
+    further = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and re.match(r"#+ Going further", c.source))
+    headings = [[l.lower() for c in cells[a:b] if c.cell_type == "markdown" for l in c.source.splitlines()
+                 if re.match(r"#{2,3} ", l)] for a, b in ((1, further), (further, len(cells)))]
+    words = {"three": 3, "four": 4, "five": 5, "six": 6}
+    for (count, names), part in zip((parts.group(1, 2), parts.group(3, 4)), headings):
+        names = [n.strip() for n in names.split(",")]
+        assert words[count] == len(names), (count, names)
+        missing = [n for n in names if not any(n.lower() in h for h in part)]
+        assert not missing, f"the title names patterns with no heading in their part: {missing}"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=_id)
+def test_the_instructors_guide_has_each_lessons_sections_and_measured_time(path):
+    """INSTRUCTOR.md's part for a lesson states its measured time (as the title does) and, where it has a table of
+    sections, names the lesson's sections as they are now (they kept old numbers after issue 28's moves)."""
+    guide = (ROOT / "INSTRUCTOR.md").read_text()
+    start = guide.index(f"### Lesson {path.name[:2]} ")
+    end = guide.find("\n### Lesson ", start + 1)
+    part = guide[start:end if end > 0 else guide.index("\n## ", start)]
+    live = re.search(r"\*\*Live time: (\d+) minutes, measured\*\*", part)
+    assert live, f"INSTRUCTOR.md, lesson {path.name[:2]}: no '**Live time: N minutes, measured**'"
+    assert abs(int(live.group(1)) - readtime.measure(path).minutes) <= 2, (live.group(0), readtime.measure(path).summary())
+    rows = [line.split("|")[1].strip() for line in part.splitlines() if line.startswith("| ")][1:]
+    if rows:
+        names = [f"*Going further*: {r['section']}" if r["further"] else r["section"]
+                 for r in readtime.sections(_cells(path))]
+        assert rows[:len(names)] == names, f"INSTRUCTOR.md's table for lesson {path.name[:2]} lists {rows}, the lesson {names}"
+
+
+def test_readtime_sections_cut_the_main_path_at_sections_and_going_further_at_its_parts():
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    cells = [md("# T"), code("setup"), md("## 1. One\n\n" + "word " * 200), code("a = 1\n" * 30), md("### a part of 1"),
+             md("## Self-check"), md("## Going further\n\nintro"), md("### Deeper"), md("> **Predict first.** Why?"), code("x")]
+    for i, c in enumerate(cells):
+        c["id"] = f"c{i}"
+    rows = readtime.sections(cells, {"c1": 2.0, "c3": 0.5})
+    assert [(r["section"], r["further"]) for r in rows] == [
+        (readtime.PREFACE, False), ("1. One", False), ("Self-check", False), ("Deeper", True)]
+    assert rows[0]["run_s"] == 2.0 and rows[1]["run_s"] == 0.5 and rows[2]["run_s"] is None
+    assert math.isclose(rows[1]["minutes"], (200 + 5 + 4) / 200 + 30 / 30, rel_tol=0.02)   # words of both headings' cells
+    assert rows[3]["minutes"] > 1   # a prompt is a minute
+
+
+def test_a_timing_prompts_answer_is_the_rules_verdict():
+    """A timing prompt's ``predicted = ...`` is compared with ``Comparison.answer``: the rule's verdict in the words a
+    learner writes; "not distinguishable" whenever the spreads overlap, whatever the medians say."""
+    slow, fast = S.timing.Timing((2.0, 2.1, 2.2, 2.3)), S.timing.Timing((1.0, 1.1, 1.2, 1.3))
+    near = S.timing.Timing((1.9, 2.15, 2.25, 2.4))
+    assert S.timing.compare(slow, fast).answer == "slower" and S.timing.compare(fast, slow).answer == "faster"
+    assert S.timing.compare(near, slow).answer == S.timing.NOT_TOLD_APART == "not distinguishable"
+    assert S.timing.compare(near, slow).ratio > 1   # a median above, inside the spread: still no verdict
+
+
+def test_folded_logs_without_prints_folds_torchs_log_only(capsys, monkeypatch):
+    """``prints=False``: the cell's own prints stay on the page as they come; torch's log (here the recompile-limit
+    WARNING, as lesson 03 repeats it) is held and shown by its first line, the rest folded."""
+    import logging
+    import sys
+
+    from shapelab.labkit import folded
+    shown = []
+    monkeypatch.setattr(folded, "_in_notebook", lambda: True)
+    monkeypatch.setattr(folded, "_display_html", shown.append)
+    console = logging.StreamHandler(sys.stderr)   # as in a kernel: a torch handler printing to this stderr
+    logging.getLogger("torch._dynamo").addHandler(console)
+    try:
+        with S.isolated(), torch._dynamo.config.patch(recompile_limit=1):
+            compiled = torch.compile(_head, backend="eager", dynamic=False)
+            with folded.folded_logs(1, "the rest", prints=False):
+                for n in (2, 3):
+                    compiled(torch.randn(n, 3))
+                    print(f"called with {n}")
+    finally:
+        logging.getLogger("torch._dynamo").removeHandler(console)
+    out = capsys.readouterr()
+    lines = out.out.splitlines()
+    assert lines[:2] == ["called with 2", "called with 3"] and "hit config.recompile_limit" in lines[2], lines
+    assert len(lines) == 3 and "recompile_limit" not in out.err, out
+    assert len(shown) == 1 and "the rest" in shown[0] and "last reason" in shown[0], shown
+
+
+def test_l05_the_tokens_per_expert_come_after_the_capacity_prompt():
+    """Lesson 05's capacity prompt (factor 1.0: what share is dropped; which factor drops none) was answerable by
+    arithmetic on the per-expert counts printed in section 4 (issue 28): no cell above it may show them."""
+    cells = _cells(ROOT / "notebooks" / "05_data_dependent_shapes.ipynb")
+    prompt = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith(PROMPT)
+                  and "factor 1.0" in c.source)
+    shows_counts = [i for i, c in enumerate(cells) if c.cell_type == "code"
+                    and re.search(r"\"tokens per expert\": c\b|print\([^)]*\bcounts\b", c.source)]   # the table, or a print of it
+    assert shows_counts and min(shows_counts) > prompt, (prompt, shows_counts)
+    overflow = next(c for c in cells[:prompt] if c.cell_type == "code" and "cap_125 =" in c.source)
+    assert "{overflow} tokens" not in overflow.source, "the factor-1.25 line prints the overflow count again"
+
+
+def test_readtime_prints_a_lessons_sections_on_request(capsys):
+    path = ROOT / "notebooks" / "02_zero_one_specialisation.ipynb"
+    assert readtime.main(["--sections", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("02_zero_one_specialisation: ") and out[1].startswith("| section | minutes")
+    assert [line.split("|")[1].strip() for line in out[3:] if line.startswith("| ")] == [
+        f"*Going further*: {r['section']}" if r["further"] else r["section"] for r in readtime.sections(_cells(path))]

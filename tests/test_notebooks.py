@@ -15,6 +15,7 @@ Budgets are the hard limits at CI size (lesson 90 s for now, see BUDGET_S; lab/s
 the execution used (the kernel included), which do not grow when other jobs share the machine; the
 wall clock is held to the same limit times the workers and the load (a hang guard, see wall_limit()).
 """
+import functools
 import json
 import os
 import re
@@ -239,18 +240,32 @@ def failed_cells(nb) -> list[str]:
     return out
 
 
-def giveaway_headings(nb) -> list[str]:
-    """Headings between a "Predict first" prompt and its experiment that contain a number the experiment printed.
+def _words_of(value: str) -> set[str]:
+    """The words of a text answer that name an outcome (``'graph break'`` -> {"graph", "break"}), short ones left out."""
+    return {w for w in re.findall(r"[a-z][a-z-]{3,}", value.lower()) if w not in ANSWER_STOPWORDS}
 
-    The experiment is the next code cell after the prompt that is not a ``predicted = ...`` cell.
-    A heading's own section number ("## 3. ...") is not counted.
+
+ANSWER_STOPWORDS = {"true", "false", "none", "both", "neither", "about", "with", "from", "that", "this", "graphs",
+                    "graph", "call", "calls"}
+
+
+def giveaway_headings(nb) -> list[str]:
+    """Headings that give away a "Predict first" prompt's answer: the headings between the prompt and its
+    experiment, or, where there is none, the heading of the section the prompt is asked in.
+
+    A heading between the prompt and its experiment gives the answer away when it contains a number the
+    experiment printed (a heading's own section number, "## 3. ...", is not counted); any of them, when it holds
+    a word of a text answer the prompt's ``S.reveal`` measured (a section
+    "### The branch raises an error" above "what happens: a break, a recompile or an error?"). The experiment is the
+    next code cell after the prompt that is not a ``predicted = ...`` cell.
     """
     problems = []
     cells = nb.cells
-    for i, cell in enumerate(cells):
-        if cell.cell_type != "markdown" or not cell.source.lstrip().startswith(PREDICT_PROMPT):
-            continue
+    prompts = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.lstrip().startswith(PREDICT_PROMPT)]
+    for k, i in enumerate(prompts):
         headings, experiment = [], None
+        own = next(((j, h) for j in range(i - 1, -1, -1) if cells[j].cell_type == "markdown"
+                    for h in reversed(_heading_lines(cells[j]))), None)   # the section the prompt is asked in
         for j in range(i + 1, len(cells)):
             if cells[j].cell_type == "markdown":
                 headings += [(j, h) for h in _heading_lines(cells[j])]
@@ -261,12 +276,18 @@ def giveaway_headings(nb) -> list[str]:
             problems.append(f"cell {i}: a Predict-first prompt with no experiment after it")
             continue
         printed = set(NUMBER.findall(_printed_text(cells[experiment])))
-        for j, line in headings:
+        end = prompts[k + 1] if k + 1 < len(prompts) else len(cells)
+        answer_words = set().union(*[_words_of(v) for c in cells[i + 1:end] if c.cell_type == "code"
+                                     for v, _ in _reveals(_printed_text(c)) if not re.search(r"\d", v)])
+        # the headings on the way to the experiment; where there is none, the section's own heading, whose numbers
+        # name its subject ("What do sizes 0 and 1 do ...") and count only as words of a text answer
+        for j, line in headings or ([own] if own else []):
             title = SECTION_NUMBER.sub("", line.lstrip("# ").strip())
-            given = sorted(set(NUMBER.findall(title)) & printed, key=float)
+            given = sorted(set(NUMBER.findall(title)) & printed, key=float) if headings else []
+            given += sorted(answer_words & _words_of(title))
             if given:
-                problems.append(f"cell {j}: heading {line.strip()!r} (after the prompt in cell {i}) shows "
-                                f"{', '.join(given)}, which the experiment in cell {experiment} printed")
+                problems.append(f"cell {j}: heading {line.strip()!r} (of the prompt in cell {i}) shows "
+                                f"{', '.join(given)}, which the experiment after the prompt printed")
     return problems
 
 
@@ -314,15 +335,22 @@ def _reveals(text: str) -> list[tuple[str, str]]:
     return [(value, (unit or "").split(" ")[0].replace("(s)", "").strip("()")) for value, unit in REVEAL.findall(text)]
 
 
+# Units that count the same thing as a reveal's unit: with one graph per shape, "26 distinct batch sizes" printed
+# above is the answer "26 graphs" (lesson 00's first prompt, before issue 28).
+SAME_COUNT = {"graphs": r"(?:graphs|distinct (?:batch )?(?:sizes|lengths|shapes))",
+              "graph(s)": r"(?:graphs?|distinct (?:batch )?(?:sizes|lengths|shapes))"}
+
+
 def _read_off(value: str, unit: str, above: str) -> bool:
     """Whether ``above`` already shows the measurement: a list as printed, or a number above ``TRIVIAL`` next to
-    the same unit (``26 graphs``, ``graphs: 26``)."""
+    the same unit or one that counts the same thing (``26 graphs``, ``graphs: 26``, ``26 distinct sizes``)."""
     if value.startswith("["):
         return bool(re.search(r"\d", value)) and value in above
     numbers = [n for n in NUMBER.findall(value) if float(n) > TRIVIAL]
     if not numbers or not unit:
         return False
-    return any(re.search(rf"(?<![\w.]){re.escape(n)}[ \t]+{re.escape(unit)}|{re.escape(unit)}[ \t]*[:=][ \t]*{re.escape(n)}(?![\w.])",
+    units = SAME_COUNT.get(unit, re.escape(unit))
+    return any(re.search(rf"(?<![\w.]){re.escape(n)}[ \t]+{units}|{units}[ \t]*[:=][ \t]*{re.escape(n)}(?![\w.])",
                          above) for n in numbers)
 
 
@@ -344,6 +372,78 @@ def giveaway_printed_figures(nb) -> list[str]:
         for value, unit in answers:
             if _read_off(value, unit, above):
                 problems.append(f"cell {i}: the prompt's measured answer {value} {unit} was printed above it")
+    return problems
+
+
+NUMBER_WORDS = {w: str(n) for n, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+
+
+def _prose(cells) -> str:
+    """The markdown of ``cells`` as a learner reads it, number words as digits ("ten buckets" -> "10 buckets")."""
+    text = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+    return re.sub(r"\b(" + "|".join(NUMBER_WORDS) + r")\b", lambda m: NUMBER_WORDS[m.group(1).lower()], text, flags=re.I)
+
+
+def giveaway_prose(nb, earlier: list) -> list[str]:
+    """Prompts whose measured answer the prose above states: this lesson's markdown before the prompt, or any
+    markdown of an earlier lesson (``earlier``: their cells), as a number above ``TRIVIAL`` beside the reveal's unit
+    ("compiles 26 graphs", "ten buckets"). An earlier lesson that states a later prompt's outcome answers it. The
+    recompile limit's value is left out: a prompt whose answer is "the limit" asks whether the limit applies."""
+    import torch._dynamo  # the recompile limit: a constant the course teaches, not an answer when a prompt's is "the limit"
+
+    known = {str(torch._dynamo.config.recompile_limit)}
+    problems, cells = [], nb.cells
+    before = _prose(earlier)
+    prompts = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.lstrip().startswith(PREDICT_PROMPT)]
+    for k, i in enumerate(prompts):
+        end = prompts[k + 1] if k + 1 < len(prompts) else len(cells)
+        answers = [r for c in cells[i + 1:end] if c.cell_type == "code" for r in _reveals(_printed_text(c))]
+        for where, text in (("an earlier lesson", before), ("this lesson above it", _prose(cells[:i]))):
+            for value, unit in answers:
+                if not value.startswith("[") and value not in known and _read_off(value, unit, text):
+                    problems.append(f"cell {i}: the prompt's measured answer {value} {unit} is stated in {where}")
+    return problems
+
+
+@functools.lru_cache(maxsize=None)
+def _stored_cells(path: Path) -> tuple:
+    return tuple(nbformat.read(path, as_version=4).cells)
+
+
+def earlier_lessons(path: Path) -> list:
+    """The stored cells of the lessons before ``path`` (their prose is what a learner has read)."""
+    return [c for p in LESSONS if p.name < path.name for c in _stored_cells(p)]
+
+
+LONG_OUTPUT = 40    # lines of plain output a cell may show unfolded (a screen at 1280 x 800 holds about 40)
+LOG_PREFIX = re.compile(r"^[VIWE]\d{4} [\d:.]+ \d+ \S+\] (?:\[[\d/]+\] )?")   # torch's glog prefix: level, time, pid, file
+
+
+def unfolded_logs(nb) -> list[str]:
+    """Cells whose plain output is longer than ``LONG_OUTPUT`` lines, and torch log records (their first line,
+    without the time and pid) that more than two cells print in full: a repeated WARNING is shown once, then
+    folded (``labkit.folded``). The take-home cell, which may not use the course library, is not counted long."""
+    problems, seen, cells = [], {}, nb.cells
+    take_home = next((j for i, c in enumerate(cells) if c.cell_type == "markdown"
+                      and "in your own code" in (c.source.splitlines() or [""])[0].lower()
+                      for j in range(i + 1, len(cells)) if cells[j].cell_type == "code"), None)
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "code":
+            continue
+        streams = [o for o in cell.get("outputs", []) if o.get("output_type") == "stream"]
+        plain = [o["data"]["text/plain"] for o in cell.get("outputs", []) if "text/plain" in o.get("data", {})
+                 and "text/html" not in o["data"]]
+        lines = sum(len(o.get("text", "").splitlines()) for o in streams) + sum(len(t.splitlines()) for t in plain)
+        if lines > LONG_OUTPUT and i != take_home:
+            problems.append(f"cell {i}: {lines} lines of output unfolded (more than {LONG_OUTPUT}): fold the log")
+        records = {LOG_PREFIX.sub("", line) for o in streams if o.get("name") == "stderr"
+                   for line in o.get("text", "").splitlines() if LOG_PREFIX.match(line) and "hit config." in line}
+        for record in records:
+            seen.setdefault(record, []).append(i)
+    problems += [f"cells {where}: torch's {record!r} in full in {len(where)} cells: fold it after the first"
+                 for record, where in seen.items() if len(where) > 2]
     return problems
 
 
@@ -371,6 +471,10 @@ def test_lesson_executes_under_nbval(path, runs):
     assert not problems, f"{_id(path)}: an output above a prompt gives away its answer:\n" + "\n".join(problems)
     problems = giveaway_printed_figures(nb)
     assert not problems, f"{_id(path)}: a figure printed above a prompt is its answer:\n" + "\n".join(problems)
+    problems = unfolded_logs(nb)
+    assert not problems, f"{_id(path)}: a long log is not folded:\n" + "\n".join(problems)
+    problems = giveaway_prose(nb, earlier_lessons(path))
+    assert not problems, f"{_id(path)}: the prose above a prompt states its answer:\n" + "\n".join(problems)
 
 
 def test_nbval_run_injects_parameters_and_keeps_outputs_and_failures(tmp_path):
@@ -466,7 +570,9 @@ def test_giveaway_printed_figures_finds_an_answer_printed_above_its_prompt():
                 md("> **Predict first.** How many graphs?"), code("predicted = ..."), code("run()", outputs=out(reveal))]
     problems = giveaway_printed_figures(nb)
     assert len(problems) == 1 and "cell 1" in problems[0] and "26" in problems[0], problems
-    nb.cells[0].outputs = out("60 requests, 26 distinct sizes\n")      # another unit: no figure of the answer
+    nb.cells[0].outputs = out("60 requests, 26 distinct sizes\n")      # one graph per shape: the same count
+    assert len(giveaway_printed_figures(nb)) == 1
+    nb.cells[0].outputs = out("26 requests of 60 tokens\n")             # another unit: no figure of the answer
     assert giveaway_printed_figures(nb) == []
     nb.cells[0].outputs = out("graphs: 3\n")                            # trivially small numbers are everywhere
     nb.cells[3].outputs = out("No prediction written (predicted = ...); the run measured 3 graphs.\n")
@@ -476,3 +582,32 @@ def test_giveaway_printed_figures_finds_an_answer_printed_above_its_prompt():
     assert len(giveaway_printed_figures(nb)) == 1
     nb.cells[0].outputs = out("No prediction written (predicted = ...); the run measured [1, 2, 2, 2] graphs.\n")
     assert giveaway_printed_figures(nb) == [], "an earlier prompt's answer is not this prompt's giveaway"
+
+
+def test_giveaway_headings_finds_the_outcome_named_by_the_prompts_section():
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    out = lambda text: [nbformat.v4.new_output("stream", name="stdout", text=text)]  # noqa: E731
+    reveal = "No prediction written (predicted = ...); the run measured 'error'.\n"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [md("### A branch that ends in an error"), md("> **Predict first.** A break, a recompile or an error?"),
+                code("predicted = ..."), code("run()", outputs=out(reveal))]
+    problems = giveaway_headings(nb)
+    assert len(problems) == 1 and "cell 0" in problems[0] and "error" in problems[0], problems
+    nb.cells[0].source = "### A branch on an unbacked size"           # names the question, not the result
+    assert giveaway_headings(nb) == []
+
+
+def test_giveaway_prose_finds_an_answer_stated_earlier_in_prose():
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    out = lambda text: [nbformat.v4.new_output("stream", name="stdout", text=text)]  # noqa: E731
+    reveal = "You predicted 8; the run measured 10 buckets: not what you predicted.\n"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [md("> **Predict first.** How many buckets?"), code("predicted = ..."), code("run()", outputs=out(reveal))]
+    earlier = [md("Powers of two up to 512 need ten buckets.")]
+    problems = giveaway_prose(nb, earlier)
+    assert len(problems) == 1 and "an earlier lesson" in problems[0], problems
+    assert giveaway_prose(nb, [md("Powers of two up to 512: count them.")]) == []
+    nb.cells.insert(0, md("As we saw, 10 buckets cover it."))          # this lesson, above the prompt
+    assert "this lesson above it" in giveaway_prose(nb, [])[0]
+    nb.cells = nb.cells[1:] + [md("So 10 buckets it was.")]            # after the answer: the explanation
+    assert giveaway_prose(nb, []) == []

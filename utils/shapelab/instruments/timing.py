@@ -65,6 +65,7 @@ class Timing:
 
 
 NOT_DISTINGUISHABLE = "not distinguishable on this machine"
+NOT_TOLD_APART = "not distinguishable"  # the same verdict as a prediction writes it (``predicted = "not distinguishable"``)
 MIN_SAMPLES = 3  # fewer samples have no measured spread to judge a difference against
 
 
@@ -120,6 +121,11 @@ class Comparison:
         if not self.distinguishable:
             return NOT_DISTINGUISHABLE
         return "slower" if self.a.median > self.b.median else "faster"
+
+    @property
+    def answer(self) -> str:
+        """The verdict as a timing prompt's ``predicted = ...`` writes it: "slower", "faster" or "not distinguishable"."""
+        return self.verdict if self.distinguishable else NOT_TOLD_APART
 
     @property
     def ratio_text(self) -> str:

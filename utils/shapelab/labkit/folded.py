@@ -59,14 +59,20 @@ def _display_html(markup: str) -> None:
 
 
 @contextlib.contextmanager
-def folded_logs(first: int = 8, summary: str | None = None) -> Iterator[io.StringIO]:
-    """Collect torch's log lines and printed output of the block; show the first ``first``, fold the rest."""
+def folded_logs(first: int = 8, summary: str | None = None, prints: bool = True) -> Iterator[io.StringIO]:
+    """Collect torch's log lines and printed output of the block; show the first ``first``, fold the rest.
+
+    ``prints=False`` folds torch's log only: what the cell prints itself stays on the page, above the fold (for a
+    warning the page showed once already, such as the recompile limit's, repeated by a later experiment)."""
     buffer, stderr = io.StringIO(), sys.stderr
     handlers = [(h, h.stream) for h in _torch_handlers()]
     try:
         for h, _ in handlers:
             h.stream = buffer          # not setStream: torch's own handler closes the stream it replaces
-        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+        with contextlib.ExitStack() as redirects:
+            if prints:
+                redirects.enter_context(contextlib.redirect_stdout(buffer))
+            redirects.enter_context(contextlib.redirect_stderr(buffer))
             yield buffer
     finally:
         for h, stream in handlers:

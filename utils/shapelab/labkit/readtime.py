@@ -10,8 +10,8 @@ A lesson's time is what a learner spends on its main path, the cells before its 
 - the run: the seconds the lesson took to execute at CI size on a CPU (tests/test_notebooks.py records them
   in test-artifacts/timings.jsonl; without a record, the CI budget of ``RUN_BUDGET_S``, its upper bound).
 
-``python -m shapelab.labkit.readtime`` prints every lesson's figures; the title cell states the total and
-tests/test_lesson_pages.py fails when the two drift apart.
+``python -m shapelab.labkit.readtime`` prints every lesson's figures (``--sections``: per section, the tables of
+INSTRUCTOR.md); the title cell states the total and tests/test_lesson_pages.py fails when the two drift apart.
 """
 from __future__ import annotations
 
@@ -113,6 +113,66 @@ def lesson_time(cells, run_seconds: float | None = None) -> LessonTime:
                       further_prompts=further["prompts"])
 
 
+SECTION = re.compile(r"^\s{0,3}##\s+(.*\S)")       # a main section: "## 3. Lab bench"
+SUBSECTION = re.compile(r"^\s{0,3}###\s+(.*\S)")  # a part of *Going further*: each one an instructor may skip
+PREFACE = "title, goals, parameters, setup"
+
+
+def sections(cells, cell_seconds=None) -> list[dict]:
+    """The lesson cut where an instructor plans it: ``{"section", "further", "minutes", "run_s"}`` per section.
+
+    The main path is cut at its ``##`` headings (what comes before the first is the preface), *Going further* at
+    its ``###`` headings. ``minutes`` is what ``lesson_time`` counts for the section's cells (prose, code, prompts,
+    the bench), without the run; ``run_s`` the seconds its code cells took, from ``cell_seconds`` (cell id ->
+    seconds, e.g. an executed copy's), None without them.
+    """
+    rows, further = [{"section": PREFACE, "further": False, "cells": [], "run_s": None}], False
+    for cell in cells:
+        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            lines = source.splitlines()
+            further |= any(GOING_FURTHER.match(line) for line in lines)
+            head = next((m.group(1) for line in lines for m in [(SUBSECTION if further else SECTION).match(line)] if m), None)
+            if head and not GOING_FURTHER.match(f"## {head}"):
+                rows.append({"section": head, "further": further, "cells": [], "run_s": None})
+        rows[-1]["cells"].append(cell)
+        seconds = (cell_seconds or {}).get(cell.get("id"))
+        if seconds is not None:
+            rows[-1]["run_s"] = (rows[-1]["run_s"] or 0.0) + seconds
+    for row in rows:
+        t = lesson_time(row.pop("cells"), run_seconds=0)
+        row["minutes"] = (t.words / WORDS_PER_MINUTE + t.code_lines / CODE_LINES_PER_MINUTE
+                          + t.prompts * PROMPT_MINUTES + (BENCH_MINUTES if t.bench else 0))
+    return rows
+
+
+def executed_seconds(executed: Path) -> dict:
+    """Seconds per cell id of an executed copy (tests/nbval_capture.py's ``shapelab.seconds``, papermill's duration)."""
+    import nbformat
+
+    out = {}
+    for cell in nbformat.read(executed, as_version=4).cells:
+        meta = cell.get("metadata", {})
+        seconds = meta.get("shapelab", {}).get("seconds", meta.get("papermill", {}).get("duration"))
+        if seconds is not None:
+            out[cell.get("id")] = seconds
+    return out
+
+
+def section_table(notebook: Path, executed: Path | None = None) -> str:
+    """A Markdown table of ``sections``, as INSTRUCTOR.md shows it for each lesson."""
+    import nbformat
+
+    cells = nbformat.read(notebook, as_version=4).cells
+    seconds = executed_seconds(executed) if executed and Path(executed).exists() else None
+    lines = ["| section | minutes (read, code, prompts, bench) | runs in (CI, this machine) |", "|---|---|---|"]
+    for row in sections(cells, seconds):
+        name = f"*Going further*: {row['section']}" if row["further"] else row["section"]
+        run = "" if row["run_s"] is None else f"{row['run_s']:.0f} s" if row["run_s"] >= 1 else "under 1 s"
+        lines.append(f"| {name} | {row['minutes']:.1f} | {run} |")
+    return "\n".join(lines)
+
+
 def measure(notebook: Path, timings: Path | None = None) -> LessonTime:
     """A lesson's time from its file and, when recorded, its CI run (default: test-artifacts/timings.jsonl)."""
     import nbformat
@@ -129,12 +189,19 @@ def stated_minutes(title: str) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print each lesson's measured time (the given notebooks, or every lesson); exit status 0."""
+    """Print each lesson's measured time (the given notebooks, or every lesson); with ``--sections``, each one's
+    table of sections as INSTRUCTOR.md shows it (CI seconds from test-artifacts/executed/ where a run left them).
+    Exit status 0."""
+    argv = list(argv or [])
+    by_section = "--sections" in argv
     root = Path(__file__).resolve().parents[3]
-    paths = [Path(p) for p in (argv or [])] or sorted((root / "notebooks").glob("[0-9]*.ipynb"))
+    paths = [Path(p) for p in argv if p != "--sections"] or sorted((root / "notebooks").glob("[0-9]*.ipynb"))
     for path in paths:
         t = measure(path)
         print(f"{path.stem}: {t.summary()}")
+        if by_section:
+            executed = path.resolve().parents[1] / "test-artifacts" / "executed" / f"{path.parent.name}__{path.name}"
+            print(section_table(path, executed) + "\n")
     return 0
 
 

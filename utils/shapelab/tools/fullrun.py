@@ -38,6 +38,10 @@ LESSON_GLOB = "[0-9][0-9]_*.ipynb"
 SCALES = ("full", "ci", "auto")
 LEDGER_ENV = "SHAPELAB_LEDGER_DIR"  # the name shapelab.labkit.ledger.Ledger.save() reads
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+# A ledger row's verdicts, as shapelab.labkit.ledger writes them (its VERDICTS, then the timing rule's
+# "not distinguishable on this machine", instruments.timing.NOT_DISTINGUISHABLE); kept as text here so the
+# command does not import torch before it runs a lesson.
+LEDGER_VERDICTS = ("agrees", "differs", "not measurable here", "not distinguishable on this machine")
 
 # The figures the source text claims: (quantity, the source's figure, a row is about it if its topic or
 # source text matches this, unless it matches that).
@@ -401,10 +405,22 @@ def coverage(claims: Sequence[dict]) -> list[dict]:
     return rows
 
 
+def verdict_counts(claims: Sequence[dict]) -> dict[str, int]:
+    """How many ledger rows carry each of ``LEDGER_VERDICTS`` (a verdict outside them is not counted)."""
+    return {v: sum(c.get("verdict") == v for c in claims) for v in LEDGER_VERDICTS}
+
+
+def verdict_summary(claims: Sequence[dict]) -> str:
+    """``"12 ledger rows: 8 agree, 1 differ, 2 not measurable here, 1 not distinguishable on this machine"``."""
+    counts = verdict_counts(claims)
+    return (f"{len(claims)} ledger rows: {counts['agrees']} agree, {counts['differs']} differ, "
+            f"{counts['not measurable here']} not measurable here, "
+            f"{counts['not distinguishable on this machine']} not distinguishable on this machine")
+
+
 def report_blocks(run: CourseRun) -> list[tuple]:
     """The report as a list of blocks, ``("h1"|"h2"|"p", text)`` or ``("table", rows)``, for any renderer."""
     claims = run.claims
-    counts = {v: sum(c.get("verdict") == v for c in claims) for v in ("agrees", "differs", "not measurable here")}
     env = [{"": k, "this run": v} for k, v in run.environment.items()]
     env += [{"": "scale", "this run": run.scale}, {"": "Inductor cache", "this run": run.cache},
             {"": "started", "this run": run.started}, {"": "total time", "this run": fmt_duration(run.seconds)}]
@@ -427,8 +443,7 @@ def report_blocks(run: CourseRun) -> list[tuple]:
     blocks = [
         ("h1", f"Course run report: SCALE={run.scale}"),
         ("p", f"{len(run.lessons)} lesson(s), {status}, in {fmt_duration(run.seconds)}. "
-              f"{len(claims)} ledger rows: {counts['agrees']} agree, {counts['differs']} differ, "
-              f"{counts['not measurable here']} not measurable here. Every row below was measured in this run "
+              f"{verdict_summary(claims)}. Every row below was measured in this run "
               f"and read from the JSON the lesson saved in `{run.out / 'ledger'}`."),
         ("h2", "Machine"), ("table", env),
         ("h2", "Lessons"), ("table", lesson_rows),

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .fullrun import environment_info, find_lessons, fmt_duration, md_table
+from .fullrun import environment_info, find_lessons, fmt_duration, md_table, verdict_counts
 
 DEFAULT_BUDGET_S = 470  # all of it, lessons included: under 8 minutes on one H200
 GPU_PATHS = ("Inductor+Triton static vs dynamic kernels (pointwise and matmul, generated code saved)",
@@ -69,6 +69,7 @@ class LessonResult:
     error: str = ""
     ledger_rows: int = 0
     not_measurable: int = 0
+    not_distinguishable: int = 0   # timing rows inside their spread (instruments.timing's rule)
 
 
 # --- what the CPU line says ------------------------------------------------------------------------
@@ -324,7 +325,8 @@ def render_report(checks: Sequence[Check], lessons: Sequence[LessonResult], envi
     lines += [md_table([{"lesson": l.name,
                          "result": ("ok" if l.ok else f"FAILED: {l.error}") if l.ran else "not run: out of time",
                          "time": fmt_duration(l.seconds) if l.ran else "",
-                         "ledger rows": l.ledger_rows, "not measurable here": l.not_measurable} for l in lessons])
+                         "ledger rows": l.ledger_rows, "not measurable here": l.not_measurable,
+                         "not distinguishable on this machine": l.not_distinguishable} for l in lessons])
               if lessons else "_(lessons not run)_", ""]
     lines += ["Executed notebooks: `executed/`; claims ledgers: `ledger/`; generated Triton code: `triton/`; "
               "tracebacks: `errors/`.", ""]
@@ -362,8 +364,9 @@ def run_lessons(out: Path, deadline: float, log: Callable[[str], None], only: Se
         run = run_lesson(path, out, {"SCALE": "full", "DEVICE": "cuda"}, ledger_dir=ledger_dir, cache="fresh",
                          cell_timeout=left, log=log)
         claims = run.claims
+        counts = verdict_counts(claims)
         results.append(LessonResult(path.stem, True, run.ok, run.seconds, run.error, len(claims),
-                                    sum(c.get("verdict") == "not measurable here" for c in claims)))
+                                    counts["not measurable here"], counts["not distinguishable on this machine"]))
         log(f"  {'ok' if run.ok else 'FAILED: ' + run.error} in {fmt_duration(run.seconds)}")
         on_done(results)
     return results
