@@ -91,7 +91,7 @@ class Manifest:
 
 
 def _prompt(data: dict) -> Prompt:
-    return Prompt(**data | {"ideas": tuple(data.get("ideas", {}).items())})
+    return Prompt(**data | {"ideas": tuple(dict(data.get("ideas", ())).items())})
 
 
 def load(path: Path = PATH) -> Manifest:
