@@ -174,3 +174,35 @@ def test_define_function_gives_each_generated_function_its_own_source_and_cache(
         from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
         assert [len(_debug_get_cache_entry_list(f.__code__)) for f in fs + [g]] == [1, 1, 1]
+
+
+def test_a_function_exec_made_is_compiled_as_its_own_frame_where_torch_would_wrap_it():
+    """The probe says what this torch does with a function that has no source file (2.11-2.12 compile it through
+    one shared helper, pytorch#124269); its own cache entries are the measure, and the doctor's copy always has them."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    from torch._dynamo.testing import CompileCounter
+
+    from shapelab import isolated
+
+    scope: dict = {}
+    exec("def f(x, k=2, *, m=3):\n    return x * k + m\n", scope)
+    f = scope["f"]
+    copy = compat.compiled_as_written(f)
+    assert copy(torch.ones(2)).tolist() == f(torch.ones(2)).tolist() == [5.0, 5.0]  # defaults kept
+    with isolated():
+        torch.compile(f, backend=CompileCounter())(torch.ones(2))
+        own = len(_debug_get_cache_entry_list(f.__code__))
+    with isolated():
+        cnt = CompileCounter()
+        torch.compile(copy, backend=cnt)(torch.ones(2))
+        assert cnt.frame_count == 1 and len(_debug_get_cache_entry_list(copy.__code__)) == 1
+    assert compat.wraps_sourceless_functions() == (own == 0)  # wrapped: the cache is the helper's, not f's
+    assert (copy is f) == (not compat.wraps_sourceless_functions())
+    assert compat.compiled_as_written(pytest.approx) is pytest.approx  # not a plain function: as given
+
+
+def test_attributes_read_as_written_in_every_releases_wording():
+    read = compat.plain_attributes
+    assert read("object.__getattribute__(self.config, 'problem_type') is None") == "self.config.problem_type is None"
+    assert read("object.__getattribute__(object.__getattribute__(L['m'], 'c'), \"k\") == 3") == "L['m'].c.k == 3"
+    assert read("x.size()[0] == 2") == "x.size()[0] == 2"

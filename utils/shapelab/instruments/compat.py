@@ -153,10 +153,10 @@ def compile_with_limit(fn: Callable, limit: int, **kwargs) -> Callable:
 def define_function(source: str, name: str, namespace: dict | None = None) -> Callable:
     """``exec(source)`` and return the function ``name`` it defines, its source registered in ``linecache``.
 
-    2.11's ``torch.compile`` wraps a function whose source file ``inspect`` cannot find (anything a plain
-    ``exec`` made) in one shared helper, so its graphs are cached on that helper's code, shared by every
-    such function, and not on its own (pytorch#124269, fixed in 2.12). With its source registered, each
-    function keeps its own cache on every release.
+    2.11's and 2.12's ``torch.compile`` wrap a function whose source file ``inspect`` cannot find (anything a
+    plain ``exec`` made) in one shared helper, so its graphs are cached on that helper's code, shared by every
+    such function, and not on its own (pytorch#124269, fixed in 2.13; ``wraps_sourceless_functions``). With
+    its source registered, each function keeps its own cache on every release.
     """
     filename = f"<shapelab {name} #{next(_defined)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -166,6 +166,43 @@ def define_function(source: str, name: str, namespace: dict | None = None) -> Ca
 
 
 _defined = itertools.count()
+
+
+def wraps_sourceless_functions() -> bool:
+    """Whether this torch compiles a function with no source file through its shared helper (pytorch#124269):
+    read from torch, by what ``torch.compile`` would run for such a function (nothing is compiled)."""
+    return _wraps_sourceless()
+
+
+@functools.lru_cache(maxsize=1)
+def _wraps_sourceless() -> bool:
+    scope: dict = {}
+    exec("def probe(x):\n    return x\n", scope)  # a plain exec: no source file
+    compiled = torch.compile(scope["probe"], backend="eager")
+    return getattr(compiled, "_torchdynamo_orig_callable", scope["probe"]) is not scope["probe"]
+
+
+def compiled_as_written(fn: Callable) -> Callable:
+    """``fn``, or where this torch would compile it through its shared helper (a function ``exec`` made, on
+    2.11 and 2.12), a copy with a source file name, which torch compiles as its own frame as 2.13 does: the
+    helper's frame would add graph breaks that cost no graph and name the arguments ``args[0]``."""
+    import inspect
+    import types
+
+    if not inspect.isfunction(fn) or not wraps_sourceless_functions():
+        return fn
+    try:
+        if inspect.getsourcefile(fn) is not None:
+            return fn
+    except TypeError:
+        return fn
+    filename = f"<shapelab copy of {fn.__qualname__} #{next(_defined)}>"
+    linecache.cache[filename] = (0, None, [], filename)  # its source stays unknown; only the name is registered
+    copy = types.FunctionType(fn.__code__.replace(co_filename=filename), fn.__globals__, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__, copy.__qualname__ = fn.__kwdefaults__, fn.__qualname__
+    copy.__dict__.update(fn.__dict__)
+    return copy
 
 
 # --- moved functions -------------------------------------------------------------------------
@@ -288,7 +325,21 @@ _TENSOR_MATCH = re.compile(r"check_tensor\((?P<src>.+?), \w+, DispatchKeySet\([^
 def _strip(text: str) -> str:
     from torch._dynamo.guards import strip_local_scope
 
-    return strip_local_scope(text.split("  #")[0].strip())
+    return plain_attributes(strip_local_scope(text.split("  #")[0].strip()))
+
+
+_GENERIC_ATTR = re.compile(r"""object\.__getattribute__\(([^(),]+), ['"]([A-Za-z_]\w*)['"]\)""")
+
+
+def plain_attributes(text: str) -> str:
+    """A guard's text with attributes written as in the model's code: 2.11 and 2.12 word an attribute of an
+    object with its own ``__getattribute__`` (a transformers config) ``object.__getattribute__(self.config,
+    'problem_type')``, where 2.13 writes ``self.config.problem_type``."""
+    while True:
+        plain = _GENERIC_ATTR.sub(r"\1.\2", text)
+        if plain == text:
+            return text
+        text = plain
 
 
 def where_in_user_code(text: str) -> str:

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ...instruments.compat import where_in_user_code
+from ...instruments.compat import plain_attributes, where_in_user_code
 from .evidence import Evidence
 
 KINDS = {
@@ -71,7 +71,7 @@ def guard_text(reason: str) -> str:
     """The guard as torch printed it, without the ``0/1:`` id, the source comment and the user stack."""
     text = _without_id(reason)
     text = text.split("\nUser stack trace")[0]
-    return text.split("  #")[0].strip()
+    return plain_attributes(text.split("  #")[0].strip())
 
 
 def readings(reason: str) -> list[Reading]:

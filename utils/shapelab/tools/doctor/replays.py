@@ -13,6 +13,7 @@ from typing import Sequence
 import torch
 from torch.utils._pytree import tree_flatten
 
+from ...instruments import compat
 from ...instruments.observe import CallRecord, ExperimentError, Observer, _limit_hit_in_counters
 from .calls import Call, Names
 from .evidence import DoctorError, Evidence, from_record
@@ -28,8 +29,9 @@ def first_line(e: BaseException) -> str:
 
 
 def _fresh(model):
-    """A copy of a module (its state, step counters included, as it was before the doctor), else the function."""
-    return copy.deepcopy(model) if isinstance(model, torch.nn.Module) else model
+    """A copy of a module (its state, step counters included, as it was before the doctor), else the function
+    as torch compiles it from a file (``compat.compiled_as_written``: a function ``exec`` made, on 2.11-2.12)."""
+    return copy.deepcopy(model) if isinstance(model, torch.nn.Module) else compat.compiled_as_written(model)
 
 
 def _flat(out) -> list:
