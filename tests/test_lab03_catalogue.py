@@ -2,6 +2,7 @@
 tests (the line above it says which idea it gets wrong), called against the check directly and
 required to fail without the answer in the message; and correct answers written differently from
 the solution, required to pass. (tests/test_limit.py keeps the messages' wording for more.)"""
+import importlib
 import re
 
 import pytest
@@ -678,3 +679,42 @@ def test_exercise_3_accepts_fixes_written_differently(request, service, make):
     svc = request.getfixturevalue(service)
     ok, msg = LAB.check_fix(svc, make(svc), requests=24)
     assert ok, msg
+
+
+# -- round four (issue 29's independent audit): grader state fetched by name, settings patched inside the call -----
+
+class _CountByName:
+    """The grader's cached replay held as a dotted name and fetched when called (a string until then)."""
+
+    path = "shapelab.lessons.l03_limit_lab._measured_fallbacks"
+
+    def __call__(self, warm, lengths, limit):
+        module, _, name = self.path.rpartition(".")
+        return getattr(importlib.import_module(module), name)(tuple(warm), tuple(lengths), limit)
+
+
+def test_exercise_2_rejects_the_graders_replay_fetched_by_name():
+    ok, msg = LAB.check_count(_CountByName())
+    assert not ok, msg
+
+
+def _limit_patched_inside(svc):
+    def adapter(request):
+        # the limit raised for the adapter's call only: put back on the way out, still a global setting
+        with torch._dynamo.config.patch(recompile_limit=64):
+            return svc.default_args(request)
+    return adapter
+
+
+def _dynamic_default_patched_inside(svc):
+    def adapter(request):
+        # sizes made dynamic by default while the adapter runs
+        with torch._dynamo.config.patch(assume_static_by_default=False):
+            return svc.default_args(request)
+    return adapter
+
+
+@pytest.mark.parametrize("make", [_limit_patched_inside, _dynamic_default_patched_inside], ids=lambda f: f.__name__)
+def test_exercise_3_rejects_a_setting_patched_inside_the_call(lengths_service, make):
+    ok, msg = LAB.check_fix(lengths_service, make(lengths_service), requests=12)
+    assert not ok and "inside the call" in msg, msg
