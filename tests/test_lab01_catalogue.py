@@ -2,6 +2,8 @@
 tests (the line above it says which idea it gets wrong), called against the check directly and
 required to fail with a message that does not give the answer away; and correct answers written
 differently from the solution, required to pass."""
+import importlib
+
 import pytest
 import torch
 
@@ -789,3 +791,59 @@ def _serve_with_patch(project, requests):
 def test_exercise_3_rejects_a_switch_set_inside_the_call(served):
     ok, msg = L.check_guard_fix(GUARD, _serve_with_patch, served)
     assert not ok and "setting" in msg, msg
+
+
+# -- round four (issue 29's independent audit): settings set and put back inside the call, grader state by name ------
+
+def _annotate_static_default_patched(x):
+    # the mark, and every size made dynamic by default while it runs: a global setting, put back on the way out
+    with torch._dynamo.config.patch(assume_static_by_default=False):
+        torch._dynamo.mark_dynamic(x, 0)
+    return x
+
+
+def _loader_static_default_patched(x):
+    # no mark: sizes dynamic by default, for the loader's call only
+    with torch._dynamo.config.patch(assume_static_by_default=False):
+        pass
+
+
+def _loader_oblivious_patched(x):
+    # the hard mark, with size-oblivious reasoning switched on while the loader runs
+    with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+        torch._dynamo.mark_dynamic(x, 0)
+
+
+class _RuleByName:
+    """The grader's measurement of a stream, held as a dotted name and fetched when called."""
+
+    path = "shapelab.lessons.l01_guards_lab._measured"
+
+    def __call__(self, shapes, policy):
+        module, _, name = self.path.rpartition(".")
+        return getattr(importlib.import_module(module), name)(tuple(map(tuple, shapes)), policy)
+
+
+def test_exercise_2_rejects_a_setting_patched_inside_the_call():
+    ok, msg = L.check_annotate(_annotate_static_default_patched, range(2, 65, 3), seed=0)
+    assert not ok and "assume_static_by_default" in msg, msg
+
+
+@pytest.mark.parametrize("wrong", [_loader_static_default_patched, _loader_oblivious_patched], ids=lambda f: f.__name__)
+def test_exercise_5_rejects_a_setting_patched_inside_the_call(wrong):
+    ok, msg = L.check_loader_mark(wrong, seed=0)
+    assert not ok and "inside the call" in msg, msg
+
+
+def test_exercise_1_rejects_the_graders_measurement_fetched_by_name():
+    ok, msg = L.check_expected_graphs(_RuleByName(), seed=0)
+    assert not ok, msg
+
+
+@pytest.mark.parametrize("right", [
+    lambda x: torch._dynamo.mark_dynamic(x, (0,), min=2, max=64) or x,  # the index as a tuple, the domain's range
+    lambda x: torch._dynamo.maybe_mark_dynamic(x, index=0) or x,  # the soft mark, its index by keyword
+], ids=["tuple index", "maybe by keyword"])
+def test_exercise_2_accepts_marks_written_differently_round_four(right):
+    ok, msg = L.check_annotate(right, range(2, 65, 3), seed=0)
+    assert ok, msg

@@ -2,6 +2,7 @@
 tests (the line above it says which idea it gets wrong), called against the check directly and
 required to fail without the answer in the message; and correct answers written differently from
 the solution, required to pass. (tests/test_zero_one.py keeps the messages' wording for more.)"""
+import importlib
 import re
 
 import pytest
@@ -415,5 +416,47 @@ def _first_then_many(served, x1):
 
 @pytest.mark.parametrize("right", [_timing_first_by_counter, _first_then_many], ids=lambda f: f.__name__)
 def test_exercise_2_accepts_new_correct_benchmarks(right):
+    ok, msg = G.check_benchmark(right)
+    assert ok, msg
+
+
+# -- round four (issue 29's independent audit): grader state fetched by name; new correct benchmarks -------------
+
+class _WarmupByName:
+    """The grader's graph count held as a dotted name and fetched when called (a string until then)."""
+
+    path = "shapelab.lessons.l02_zero_one_lab.graphs_needed"
+
+    def __call__(self, stream):
+        module, _, name = self.path.rpartition(".")
+        return sorted(set(stream))[: getattr(importlib.import_module(module), name)(stream)]
+
+
+def test_exercise_3_rejects_the_graders_count_fetched_by_name():
+    ok, msg = G.check_warmup(_WarmupByName(), Z.make_model(8), width=8, stream=STREAM)
+    assert not ok, msg
+
+
+def _warm_by_hand(served, x1):
+    """Correct: the first call timed by the library, the warm samples by hand into a Timing."""
+    import time
+
+    first = S.time_first_call(served, x1)
+    served(x1)
+    samples = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        served(x1)
+        samples.append(time.perf_counter() - t0)
+    return first, S.Timing(tuple(samples))
+
+
+def _warm_in_blocks(served, x1):
+    """Correct: warm samples of four calls each (time_call's inner=), six of them, after the timed first call."""
+    return S.time_first_call(served, x1), S.time_call(served, x1, repeats=6, inner=4)
+
+
+@pytest.mark.parametrize("right", [_warm_by_hand, _warm_in_blocks], ids=lambda f: f.__name__)
+def test_exercise_2_accepts_benchmarks_written_differently_round_four(right):
     ok, msg = G.check_benchmark(right)
     assert ok, msg

@@ -2,6 +2,7 @@
 tests (the line above it says which idea it gets wrong), called against the check directly and
 required to fail without the answer in the message; and correct answers written differently from
 the solution, required to pass. (tests/test_limit.py keeps the messages' wording for more.)"""
+import importlib
 import re
 
 import pytest
@@ -588,3 +589,132 @@ def _course_tensor(svc):
 def test_exercise_3_rejects_course_adapters(lengths_service, make):
     ok, msg = LAB.check_fix(lengths_service, make(lengths_service), requests=24)
     assert not ok, msg
+
+
+# -- round three (issue 29), the speed rule: timed against the check's own fix, like with like -------------------
+
+@pytest.fixture(scope="module")
+def batch_service():
+    return LAB.MysteryService(3, _cause="batch")
+
+
+@pytest.fixture(scope="module")
+def temperature_service():
+    return LAB.MysteryService(0, _cause="temperature")
+
+
+def _pad_to_the_largest(svc):
+    def adapter(request):
+        # "one graph for every request": length and batch padded to the largest the service takes (measured 5.0-5.3x the
+        # check's own fix's time on the lengths service, 6.8-8.7x on the temperature one, at load 7 on 2 cores)
+        x, t = svc.default_args(request)
+        return F.pad(x, (0, 0, 0, svc.max_len - request.length, 0, svc.max_batch - request.batch)), torch.tensor(t)
+    return adapter
+
+
+def _pad_batch_to_the_largest(svc):
+    def adapter(request):
+        # the temperature fixed, and every batch padded to the largest "in case batches vary too": 2.4-2.5x the check's
+        # own fix's time (measured at load 7 on 2 cores); the old rule (2 ms over twice the fallen-back service) passed it
+        x, t = svc.default_args(request)
+        return F.pad(x, (0, 0, 0, 0, 0, svc.max_batch - request.batch)), torch.tensor(t)
+    return adapter
+
+
+def _temperature_only(svc):
+    def adapter(request):
+        # the temperature service's cure applied to any service: a tensor temperature, one graph per shape still
+        x, t = svc.default_args(request)
+        return x, torch.tensor(t)
+    return adapter
+
+
+@pytest.mark.parametrize("service, make, says", [
+    ("lengths_service", _pad_to_the_largest, "the check's own fix"),
+    ("temperature_service", _pad_to_the_largest, "the check's own fix"),
+    ("temperature_service", _pad_batch_to_the_largest, "the check's own fix"),
+    ("lengths_service", _temperature_only, "still falls back"),
+    ("batch_service", _temperature_only, "still falls back"),
+], ids=["pad all, lengths", "pad all, temperature", "pad batch, temperature", "tensor temperature, lengths", "tensor temperature, batch"])
+def test_exercise_3_rejects_slow_or_partial_fixes(request, service, make, says):
+    svc = request.getfixturevalue(service)
+    ok, msg = LAB.check_fix(svc, make(svc), requests=24)
+    assert not ok and says in msg, msg
+
+
+def _pad_length_to_max(svc):
+    def adapter(request):  # correct: one static graph for every length (the padding costs little at this size)
+        x, t = svc.default_args(request)
+        return F.pad(x, (0, 0, 0, svc.max_len - request.length)), t
+    return adapter
+
+
+def _mark_batch(svc):
+    def adapter(request):  # correct: one symbolic graph for the batch
+        x, t = svc.default_args(request)
+        torch._dynamo.mark_dynamic(x, 0)
+        return x, t
+    return adapter
+
+
+def _pad_batch_pow2(svc):
+    def adapter(request):  # correct: batches padded to powers of two, 1 to 32: six static graphs
+        x = svc.tensor(request)
+        b = 1 << (request.batch - 1).bit_length()
+        return torch.cat([x, x.new_zeros(b - request.batch, *x.shape[1:])]), request.temperature
+    return adapter
+
+
+def _full_temperature(svc):
+    def adapter(request):  # correct: the temperature as a 0-d float32 tensor made with torch.full
+        return svc.tensor(request), torch.full((), request.temperature)
+    return adapter
+
+
+@pytest.mark.parametrize("service, make", [
+    ("lengths_service", _pad_length_to_max), ("batch_service", _mark_batch), ("batch_service", _pad_batch_pow2),
+    ("temperature_service", _full_temperature),
+], ids=["pad length to max", "mark batch", "batch pow2", "torch.full temperature"])
+def test_exercise_3_accepts_fixes_written_differently(request, service, make):
+    svc = request.getfixturevalue(service)
+    ok, msg = LAB.check_fix(svc, make(svc), requests=24)
+    assert ok, msg
+
+
+# -- round four (issue 29's independent audit): grader state fetched by name, settings patched inside the call -----
+
+class _CountByName:
+    """The grader's cached replay held as a dotted name and fetched when called (a string until then)."""
+
+    path = "shapelab.lessons.l03_limit_lab._measured_fallbacks"
+
+    def __call__(self, warm, lengths, limit):
+        module, _, name = self.path.rpartition(".")
+        return getattr(importlib.import_module(module), name)(tuple(warm), tuple(lengths), limit)
+
+
+def test_exercise_2_rejects_the_graders_replay_fetched_by_name():
+    ok, msg = LAB.check_count(_CountByName())
+    assert not ok, msg
+
+
+def _limit_patched_inside(svc):
+    def adapter(request):
+        # the limit raised for the adapter's call only: put back on the way out, still a global setting
+        with torch._dynamo.config.patch(recompile_limit=64):
+            return svc.default_args(request)
+    return adapter
+
+
+def _dynamic_default_patched_inside(svc):
+    def adapter(request):
+        # sizes made dynamic by default while the adapter runs
+        with torch._dynamo.config.patch(assume_static_by_default=False):
+            return svc.default_args(request)
+    return adapter
+
+
+@pytest.mark.parametrize("make", [_limit_patched_inside, _dynamic_default_patched_inside], ids=lambda f: f.__name__)
+def test_exercise_3_rejects_a_setting_patched_inside_the_call(lengths_service, make):
+    ok, msg = LAB.check_fix(lengths_service, make(lengths_service), requests=12)
+    assert not ok and "inside the call" in msg, msg

@@ -567,3 +567,86 @@ def test_timer_feedback_names_the_cause():
                         (timer_in_milliseconds, "milliseconds"), (timer_total_of_ten, "total")]:
         ok, msg = G.check_per_request_seconds(timer)
         assert not ok and says in msg, (timer.__name__, msg)
+
+
+# -- round four (issue 29, the independent audit): new wrong answers of the classes, and new correct ones ----------
+
+def pow2_by_frexp(n, L, smallest):
+    # float arithmetic by another door: frexp converts n - 1 to a float, which rounds from 2^53 up
+    return min(max(1 << math.frexp(n - 1)[1] if n > 1 else 1, smallest), L)
+
+
+def multiple_by_int_of_float_division(n, k, L):
+    # int() of a float division and a carry for the remainder: the division rounds from 2^53 up
+    return min((int(n / k) + (n % k > 0)) * k, L)
+
+
+def _course_function_by_name(path):
+    """An object holding a course function's dotted name, the function fetched when the object is called (the
+    grader state is a string until then)."""
+    class ByName:
+        def __init__(self):
+            self.path = path
+
+        def __call__(self, *args):
+            module, _, name = self.path.rpartition(".")
+            return getattr(importlib.import_module(module), name)(*args)
+    return ByName()
+
+
+class Pow2ByProperty:
+    """The library's next_pow2 behind a property, fetched by name on first use and kept."""
+
+    _tool = None
+
+    @property
+    def tool(self):
+        if self._tool is None:
+            self._tool = getattr(importlib.import_module("shapelab.instruments.bucketing"), "next_pow2")
+        return self._tool
+
+    def __call__(self, n, L, smallest):
+        return min(max(self.tool(n, L), min(smallest, L)), L)
+
+
+def timer_middle_of_eleven_ns(fn, *args):
+    """Correct, written differently: three warm-ups, eleven samples in integer nanoseconds, the middle one."""
+    for _ in range(3):
+        fn(*args)
+    samples = []
+    for _ in range(11):
+        start = time.perf_counter_ns()
+        fn(*args)
+        samples.append((time.perf_counter_ns() - start) / 1e9)
+    return sorted(samples)[len(samples) // 2]
+
+
+WRONG_4 = [
+    ("pow2_bucket", "the exponent from math.frexp of a float", pow2_by_frexp),
+    # the natural log's ratio is not log2: ceil(log(2^k) / log 2) is k + 1 for some k (measured from 2^29)
+    ("pow2_bucket", "2 ** ceil(math.log(n, 2))", lambda n, L, s: min(max(2 ** math.ceil(math.log(n, 2)), s), L)),
+    # float32 has 24 bits of mantissa: lengths past 2^24 round before log2 sees them
+    ("pow2_bucket", "torch's log2 of a float32 tensor",
+     lambda n, L, s: min(max(int(torch.tensor(float(n)).log2().ceil().exp2().item()), s), L)),
+    ("pow2_bucket", "the library's next_pow2, fetched by name when the object is called",
+     _course_function_by_name("shapelab.instruments.bucketing.next_pow2")),
+    ("pow2_bucket", "the library's next_pow2 behind a property", Pow2ByProperty()),
+    ("multiple_bucket", "int() of a float division, plus one for a remainder", multiple_by_int_of_float_division),
+    ("multiple_bucket", "round(n / k + 0.4999999): the ceiling by rounding a float",
+     lambda n, k, L: min(round(n / k + 0.4999999) * k, L)),
+    ("multiple_bucket", "torch.ceil of a float64 division",
+     lambda n, k, L: min(int(torch.ceil(torch.tensor(n, dtype=torch.float64) / k).item()) * k, L)),
+    ("multiple_bucket", "the library's next_multiple, fetched by name when the object is called",
+     _course_function_by_name("shapelab.instruments.bucketing.next_multiple")),
+]
+
+RIGHT_4 = [
+    # a float power of two is exact up to 2^1023, and the exponent is an integer's bit_length
+    ("pow2_bucket", "2.0 ** (n - 1).bit_length(), then int", lambda n, L, s: min(max(int(2.0 ** (n - 1).bit_length()), s), L)),
+    ("multiple_bucket", "n plus what -n leaves modulo k", lambda n, k, L: min(n + (-n % k), L)),
+    ("multiple_bucket", "the multiple at or below n, plus k when a remainder is left",
+     lambda n, k, L: min(n // k * k + (k if n % k else 0), L)),
+    ("per_request_seconds", "the middle of eleven samples in nanoseconds after three warm-ups", timer_middle_of_eleven_ns),
+]
+
+test_wrong_answer_is_rejected_4, test_correct_alternative_is_accepted_4, _ = catalogue_tests(WRONG_4, RIGHT_4, judge, leaks)

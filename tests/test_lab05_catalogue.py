@@ -2,6 +2,7 @@
 tests, called against its check directly (no notebook) and required to fail; correct answers written
 differently from the solution, required to pass."""
 import functools
+import importlib
 import math
 import re
 import statistics
@@ -464,3 +465,35 @@ def leaks(exercise, answer, msg):
 
 test_wrong_answer_is_rejected, test_correct_alternative_is_accepted, test_catalogue_is_big_enough = \
     catalogue_tests(WRONG, RIGHT, judge, leaks)
+
+
+# --- round four (issue 29's independent audit): grader state fetched by name; new correct rewrites ----------------
+
+class _KeptByName:
+    """The grader's own rewrite held as a dotted name and fetched when called (a string until then)."""
+
+    path = "shapelab.lessons.l05_data_dependent_lab._normalise_kept"
+
+    def __call__(self, x, scores, t):
+        module, _, name = self.path.rpartition(".")
+        kept = getattr(importlib.import_module(module), name)
+        return torch.zeros_like(x).index_put_((torch.nonzero(scores > t).squeeze(1),), kept(x, scores, t))
+
+
+def dense_normalize_under_where(x, scores, t):
+    """Correct, written differently: F.normalize's rows chosen by torch.where."""
+    return torch.where((scores > t)[:, None], F.normalize(x, dim=1), 0.0)
+
+
+def dense_masked_fill_after(x, scores, t):
+    """Correct, written differently: normalise every row, then fill the rows not kept (a NaN from a zero row too)."""
+    return (x / x.norm(dim=1, keepdim=True)).masked_fill((scores <= t)[:, None], 0.0)
+
+
+WRONG_4 = [("fixed_shape", "an object fetching the grader's rewrite by name when called", _KeptByName())]
+RIGHT_4 = [
+    ("fixed_shape", "F.normalize under torch.where", dense_normalize_under_where),
+    ("fixed_shape", "masked_fill after normalising every row", dense_masked_fill_after),
+]
+
+test_wrong_answer_is_rejected_4, test_correct_alternative_is_accepted_4, _ = catalogue_tests(WRONG_4, RIGHT_4, judge, leaks)

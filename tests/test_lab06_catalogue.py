@@ -2,6 +2,7 @@
 tests, called against its check directly (no notebook) and required to fail; correct answers written
 differently from the solution, required to pass."""
 import functools
+import importlib
 import math
 import sys
 
@@ -555,3 +556,67 @@ WRONG_3 += [
 ]
 
 test_wrong_answer_is_rejected_3, test_correct_alternative_is_accepted_3, _ = catalogue_tests(WRONG_3, RIGHT_3, judge, leaks)
+
+
+# --- round four (issue 29's independent audit): new wrong answers of the classes, and new correct ones ---------------
+
+def production_cache_size_patched(compiled, x):
+    # the limit's old name, patched for the call only: still a global setting, and it changes every model meanwhile
+    with torch._dynamo.config.patch(cache_size_limit=1):
+        return compiled(x)
+
+
+def production_dynamo_disabled_inside(compiled, x):
+    # Dynamo switched off for the call: warm shapes run eagerly too
+    with torch._dynamo.config.patch(disable=True):
+        return compiled(x)
+
+
+def production_limit_by_hand(compiled, x):
+    # the recompile limit lowered by hand and put back in a finally block: a setting set and put back inside the call
+    cfg = torch._dynamo.config
+    saved, cfg.recompile_limit = cfg.recompile_limit, 1
+    try:
+        return compiled(x)
+    finally:
+        cfg.recompile_limit = saved
+
+
+class _ProductionByName:
+    """The grader's model held as a dotted name and fetched when called: a string until then."""
+
+    def __init__(self):
+        self.path = "shapelab.lessons.l06_wild_lab._served"
+
+    def __call__(self, compiled, x):
+        module, _, name = self.path.rpartition(".")
+        return getattr(importlib.import_module(module), name)(x)
+
+
+def production_stance_by_keyword(compiled, x):
+    # correct, written differently: the stance named by keyword
+    with torch.compiler.set_stance(stance="eager_on_recompile"):
+        return compiled(x)
+
+
+def production_stance_on_an_exit_stack(compiled, x):
+    # correct, written differently: the stance entered on an ExitStack, left when the stack closes
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.compiler.set_stance("eager_on_recompile"))
+        return compiled(x)
+
+
+WRONG_4 = [
+    ("production", "cache_size_limit patched for the call only", production_cache_size_patched),
+    ("production", "Dynamo disabled for the call", production_dynamo_disabled_inside),
+    ("production", "the recompile limit lowered by hand, put back in finally", production_limit_by_hand),
+    ("production", "an object fetching the grader's model by name when called", _ProductionByName()),
+]
+RIGHT_4 = [
+    ("production", "set_stance(stance=...) by keyword", production_stance_by_keyword),
+    ("production", "the stance on a contextlib.ExitStack", production_stance_on_an_exit_stack),
+]
+
+test_wrong_answer_is_rejected_4, test_correct_alternative_is_accepted_4, _ = catalogue_tests(WRONG_4, RIGHT_4, judge, leaks)
