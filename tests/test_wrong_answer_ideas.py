@@ -117,7 +117,7 @@ VALUES = st.one_of(st.integers(-1, 10**6), st.booleans(), st.lists(st.integers(0
                    st.sampled_from(["static", "dynamic", "raise", "[0, 1024]", "about 10%"]))
 
 
-@settings(max_examples=150, derandomize=True, deadline=None)
+@settings(max_examples=60, derandomize=True, deadline=None)
 @given(VALUES)
 def test_the_measured_value_as_a_key_is_refused(value):
     """The misconception this check exists for: an idea keyed by the right answer (any case) is flagged."""
@@ -127,7 +127,7 @@ def test_the_measured_value_as_a_key_is_refused(value):
         assert any("is what the run measured" in p for p in notebook_problems(nb, nb)), key
 
 
-@settings(max_examples=150, derandomize=True, deadline=None)
+@settings(max_examples=60, derandomize=True, deadline=None)
 @given(st.integers(0, 10**6), st.lists(st.integers(0, 64), min_size=1, max_size=8))
 def test_a_wrong_answer_of_the_prompts_kind_passes(n, counts):
     wrong = [c + 1 for c in counts]
@@ -153,7 +153,7 @@ def test_a_prompt_whose_run_printed_nothing_is_refused():
 
 # --- the lessons ------------------------------------------------------------------------------------------------
 
-TAUGHT = [p for p in LESSONS if p.name[:2] in {"01", "02", "03", "04", "05", "06", "07"}]
+TAUGHT = [p for p in LESSONS if not p.name.startswith("00_")]  # 00, the orientation, teaches no concept of its own
 
 
 @pytest.mark.parametrize("path", TAUGHT, ids=lambda p: p.stem)
