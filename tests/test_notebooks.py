@@ -475,6 +475,10 @@ def test_lesson_executes_under_nbval(path, runs):
     assert not problems, f"{_id(path)}: a long log is not folded:\n" + "\n".join(problems)
     problems = giveaway_prose(nb, earlier_lessons(path))
     assert not problems, f"{_id(path)}: the prose above a prompt states its answer:\n" + "\n".join(problems)
+    from test_wrong_answer_ideas import notebook_problems  # on this run's own copy: no lesson runs twice
+
+    problems = notebook_problems(nbformat.read(path, as_version=4), nb)
+    assert not problems, f"{_id(path)}: a wrong answer the room names is what the run measured:\n" + "\n".join(problems)
 
 
 def test_nbval_run_injects_parameters_and_keeps_outputs_and_failures(tmp_path):
