@@ -64,6 +64,7 @@ def table(rows: list[dict]) -> Table:
 
 
 def answered(rows: list[dict]) -> bool:
+    """Whether the learner answered any prompt of these rows, before or after (else nothing is kept)."""
     return any(r["pre_answered"] or r["post_answered"] for r in rows)
 
 
