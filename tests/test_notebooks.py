@@ -31,6 +31,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from shapelab.labkit import learning
+
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
@@ -91,12 +93,18 @@ def record_timing(path: Path, wall: float, cpu: float) -> None:
                              "load": round(os.getloadavg()[0], 1)}) + "\n")
 
 
+def kernel_env(scratch: Path, **variables) -> dict:
+    """The environment of a kernel a test starts: ``variables`` and, so that a test run never writes the learner's
+    file in the home folder (labkit/learning.py), ``SHAPELAB_LEARNING_FILE`` in ``scratch`` (a temp dir)."""
+    return dict(os.environ, **{learning.FILE_ENV: str(scratch / "learning.jsonl")}, **variables)
+
+
 def run_papermill(path: Path, **parameters) -> Run:
     """Execute a solution or lab with papermill (CLI, in a subprocess) at CI sizes; collect its check results."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     out = ARTIFACTS / f"{path.parent.name}__{path.name}"
     results = Path(tempfile.mkdtemp(prefix="shapelab-checks-")) / "checks.jsonl"
-    env = dict(os.environ, SHAPELAB_CHECK_RESULTS=str(results))
+    env = kernel_env(results.parent, SHAPELAB_CHECK_RESULTS=str(results))
     cmd = [sys.executable, "-m", "papermill", str(path), str(out), "--cwd", str(path.parent), "-k", "python3",
            "--no-progress-bar", "--execution-timeout", "300"]
     for name, value in {"SCALE": "ci", **parameters}.items():
@@ -190,14 +198,18 @@ def run_nbval(path: Path, artifacts: Path = ARTIFACTS, **parameters) -> Run:
     executed.unlink(missing_ok=True)
     ledgers = artifacts.parent / "ledger" / path.stem
     shutil.rmtree(ledgers, ignore_errors=True)
-    env = dict(os.environ, SHAPELAB_LEDGER_DIR=str(ledgers), SHAPELAB_NBVAL_PARAMS=json.dumps({"SCALE": "ci", **parameters}),
-               SHAPELAB_NBVAL_EXECUTED=str(artifacts),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
+    scratch = Path(tempfile.mkdtemp(prefix="shapelab-nbval-"))
+    env = kernel_env(scratch, SHAPELAB_LEDGER_DIR=str(ledgers), SHAPELAB_NBVAL_PARAMS=json.dumps({"SCALE": "ci", **parameters}),
+                     SHAPELAB_NBVAL_EXECUTED=str(artifacts),
+                     PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
     env.pop("PYTEST_ADDOPTS", None)
     env.pop("PYTEST_CURRENT_TEST", None)
     cmd = [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "nbval_capture", "-p", "no:cacheprovider",
            "-q", "--color=no", "-o", "addopts=-ra", "--rootdir", str(ROOT), str(path)]
-    code, output, seconds, cpu = run_process(cmd, env)
+    try:
+        code, output, seconds, cpu = run_process(cmd, env)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     record_timing(path, seconds, cpu)
     nb = nbformat.read(executed, as_version=4) if executed.exists() else None
     return Run(code, output, nb, seconds, cpu)
@@ -483,7 +495,8 @@ def test_nbval_run_injects_parameters_and_keeps_outputs_and_failures(tmp_path):
 
     nb_path = write_notebook(tmp_path / "nbs" / "00_tiny.ipynb", [
         ("md", "# Tiny"), ("params", 'SCALE = "auto"'),
-        ("code", "print(f'scale is {SCALE}')"), ("code", "1 / 0"), ("code", "print('after')")])
+        ("code", "print(f'scale is {SCALE}')"), ("code", "1 / 0"), ("code", "print('after')"),
+        ("code", "from shapelab.labkit import learning\nprint(learning.path())")])
     run = run_nbval(nb_path, artifacts=tmp_path / "executed", SEED=3)
     nb = run.nb
     assert run.returncode != 0 and nb is not None and run.cpu > 0
@@ -491,6 +504,10 @@ def test_nbval_run_injects_parameters_and_keeps_outputs_and_failures(tmp_path):
     assert code[1].outputs[0]["text"] == "scale is ci\n"  # injected after the parameters cell, as papermill does
     assert failed_cells(nb) == ["Cell 2 ('1 / 0'): ZeroDivisionError: division by zero"]
     assert code[3].outputs[0]["text"] == "after\n" and code[3].metadata["shapelab"]["outcome"] == "passed"
+    # the kernel's learner file is in a temp dir, removed after the run, never under the home folder
+    written = Path(code[4].outputs[0]["text"].strip())
+    assert written.is_relative_to(tempfile.gettempdir()) and not written.is_relative_to(Path.home()), written
+    assert not written.parent.exists()
 
 
 def test_giveaway_headings_finds_a_measured_figure_in_a_heading():
