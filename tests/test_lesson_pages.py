@@ -296,12 +296,14 @@ def test_readtime_counts_prose_code_prompts_and_bench_and_splits_off_going_furth
     cells = [md("# T\n\n" + "word " * 400), code("a = 1\n\nb = 2\n" + "c = 3\n" * 28),
              md("> **Predict first.** How many?"), md("## 3. Lab bench\n\nTry it."), code("bench"),
              md("## Self-check\n\n<details><summary>Why?</summary>Because.</details>"),
+             md("> **Post question.** And now?"), md("Each idea: its **Post question.** is counted once."),
              md("## Going further\n\n" + "more " * 200), md("> **Predict first.** And?"), code("x = 1\n" * 30)]
     t = readtime.lesson_time(cells, run_seconds=30)
-    assert (t.prompts, t.bench, t.code_lines, t.further_prompts, t.further_code_lines) == (1, True, 31, 1, 30)
-    assert 400 < t.words < 420 and 200 <= t.further_words <= 205
-    # 2 min of prose + 31/30 min of code + 1 prompt + 3 for the bench + 0.5 min run, rounded up
-    assert t.minutes == math.ceil(t.words / 200 + 31 / 30 + 1 + 3 + 0.5) == 8
+    # a post question is a prompt (a minute to think and write); naming one in prose is not
+    assert (t.prompts, t.bench, t.code_lines, t.further_prompts, t.further_code_lines) == (2, True, 31, 1, 30)
+    assert 400 < t.words < 440 and 200 <= t.further_words <= 205
+    # 2 min of prose + 31/30 min of code + 2 prompts + 3 for the bench + 0.5 min run, rounded up
+    assert t.minutes == math.ceil(t.words / 200 + 31 / 30 + 2 + 3 + 0.5) == 9
     assert t.further_minutes == math.ceil(t.further_words / 200 + 1 + 1)
     cells[0].source = f"# T\n\n**Time:** {t.summary()}. More."
     assert readtime.stated_minutes(cells[0].source) == t.minutes

@@ -4,7 +4,7 @@ Who executes what (README, "Development"):
 - Lessons run under **nbval**, the way maintainers run a course repo (`pytest --nbval-lax notebooks/X.ipynb`),
   one subprocess per lesson, with tests/nbval_capture.py injecting `SCALE="ci"` after the parameters
   cell (as papermill would) and keeping the executed copy under test-artifacts/executed/. The test
-  then asserts the time budget and that no "Predict first" prompt is answered by a heading.
+  then asserts the time budget and that no prompt ("Predict first" or "Post question") is answered by the page above it.
 - Solutions and labs run under **papermill**, because they need `STRICT`: solutions with STRICT=True
   must pass every check; untouched labs with STRICT=False must fail every check (a check that passes
   on a stub proves nothing).
@@ -31,6 +31,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from shapelab.labkit import learning
+from shapelab.labkit.readtime import PROMPTS
+
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
@@ -40,7 +43,6 @@ ALL = LESSONS + SOLUTIONS + LABS
 # before (lesson 01 of f764b32: 48.1 CPU-s alone, 25.4 the day before; that day's CI measured 47-62 for lessons).
 # Bring it back to 60 once a CI run on a machine of the usual speed shows the lessons under it.
 BUDGET_S = {"notebooks": 90, "solutions": 90, "labs": 90}
-PREDICT_PROMPT = "> **Predict first.**"
 ARTIFACTS = ROOT / "test-artifacts" / "executed"
 # Notebooks running at once: one per pytest-xdist worker (the README runs two), each kernel about one core.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1))
@@ -91,12 +93,18 @@ def record_timing(path: Path, wall: float, cpu: float) -> None:
                              "load": round(os.getloadavg()[0], 1)}) + "\n")
 
 
+def kernel_env(scratch: Path, **variables) -> dict:
+    """The environment of a kernel a test starts: ``variables`` and, so that a test run never writes the learner's
+    file in the home folder (labkit/learning.py), ``SHAPELAB_LEARNING_FILE`` in ``scratch`` (a temp dir)."""
+    return dict(os.environ, **{learning.FILE_ENV: str(scratch / "learning.jsonl")}, **variables)
+
+
 def run_papermill(path: Path, **parameters) -> Run:
     """Execute a solution or lab with papermill (CLI, in a subprocess) at CI sizes; collect its check results."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     out = ARTIFACTS / f"{path.parent.name}__{path.name}"
     results = Path(tempfile.mkdtemp(prefix="shapelab-checks-")) / "checks.jsonl"
-    env = dict(os.environ, SHAPELAB_CHECK_RESULTS=str(results))
+    env = kernel_env(results.parent, SHAPELAB_CHECK_RESULTS=str(results))
     cmd = [sys.executable, "-m", "papermill", str(path), str(out), "--cwd", str(path.parent), "-k", "python3",
            "--no-progress-bar", "--execution-timeout", "300"]
     for name, value in {"SCALE": "ci", **parameters}.items():
@@ -190,14 +198,18 @@ def run_nbval(path: Path, artifacts: Path = ARTIFACTS, **parameters) -> Run:
     executed.unlink(missing_ok=True)
     ledgers = artifacts.parent / "ledger" / path.stem
     shutil.rmtree(ledgers, ignore_errors=True)
-    env = dict(os.environ, SHAPELAB_LEDGER_DIR=str(ledgers), SHAPELAB_NBVAL_PARAMS=json.dumps({"SCALE": "ci", **parameters}),
-               SHAPELAB_NBVAL_EXECUTED=str(artifacts),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
+    scratch = Path(tempfile.mkdtemp(prefix="shapelab-nbval-"))
+    env = kernel_env(scratch, SHAPELAB_LEDGER_DIR=str(ledgers), SHAPELAB_NBVAL_PARAMS=json.dumps({"SCALE": "ci", **parameters}),
+                     SHAPELAB_NBVAL_EXECUTED=str(artifacts),
+                     PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
     env.pop("PYTEST_ADDOPTS", None)
     env.pop("PYTEST_CURRENT_TEST", None)
     cmd = [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "nbval_capture", "-p", "no:cacheprovider",
            "-q", "--color=no", "-o", "addopts=-ra", "--rootdir", str(ROOT), str(path)]
-    code, output, seconds, cpu = run_process(cmd, env)
+    try:
+        code, output, seconds, cpu = run_process(cmd, env)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     record_timing(path, seconds, cpu)
     nb = nbformat.read(executed, as_version=4) if executed.exists() else None
     return Run(code, output, nb, seconds, cpu)
@@ -249,8 +261,14 @@ ANSWER_STOPWORDS = {"true", "false", "none", "both", "neither", "about", "with",
                     "graph", "call", "calls"}
 
 
+def prompt_cells(cells) -> list[int]:
+    """The indices of the cells that ask for an answer: each "Predict first" and each self-check "Post question"
+    (readtime.PROMPTS), both of which the page above must not answer."""
+    return [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.lstrip().startswith(PROMPTS)]
+
+
 def giveaway_headings(nb) -> list[str]:
-    """Headings that give away a "Predict first" prompt's answer: the headings between the prompt and its
+    """Headings that give away a prompt's answer: the headings between the prompt and its
     experiment, or, where there is none, the heading of the section the prompt is asked in.
 
     A heading between the prompt and its experiment gives the answer away when it contains a number the
@@ -261,7 +279,7 @@ def giveaway_headings(nb) -> list[str]:
     """
     problems = []
     cells = nb.cells
-    prompts = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.lstrip().startswith(PREDICT_PROMPT)]
+    prompts = prompt_cells(cells)
     for k, i in enumerate(prompts):
         headings, experiment = [], None
         own = next(((j, h) for j in range(i - 1, -1, -1) if cells[j].cell_type == "markdown"
@@ -273,7 +291,7 @@ def giveaway_headings(nb) -> list[str]:
                 experiment = j
                 break
         if experiment is None:
-            problems.append(f"cell {i}: a Predict-first prompt with no experiment after it")
+            problems.append(f"cell {i}: a prompt with no experiment after it")
             continue
         printed = set(NUMBER.findall(_printed_text(cells[experiment])))
         end = prompts[k + 1] if k + 1 < len(prompts) else len(cells)
@@ -315,7 +333,7 @@ def giveaway_guard_lines(nb) -> list[str]:
         if cell.cell_type == "code":
             seen |= _guard_lines(_printed_text(cell))
             continue
-        if not cell.source.lstrip().startswith(PREDICT_PROMPT) or not ASKS_ABOUT_GUARDS.search(cell.source):
+        if not cell.source.lstrip().startswith(PROMPTS) or not ASKS_ABOUT_GUARDS.search(cell.source):
             continue
         experiment = next((j for j in range(i + 1, len(cells))
                            if cells[j].cell_type == "code" and not _is_predicted_cell(cells[j])), None)
@@ -357,12 +375,12 @@ def _read_off(value: str, unit: str, above: str) -> bool:
 def giveaway_printed_figures(nb) -> list[str]:
     """Prompts whose measured answer (what the ``S.reveal`` after them printed) an output above the prompt showed.
 
-    For each "Predict first" prompt, the reveals between it and the next prompt are its answers. A list printed
-    above exactly as the reveal printed it, or a number larger than ``TRIVIAL`` printed above beside the reveal's
-    unit (``8 graphs``), lets the learner read the answer off instead of reasoning it out.
+    For each prompt ("Predict first" or "Post question"), the reveals between it and the next prompt are its
+    answers. A list printed above exactly as the reveal printed it, or a number larger than ``TRIVIAL`` printed
+    above beside the reveal's unit (``8 graphs``), lets the learner read the answer off instead of reasoning it out.
     """
     problems, cells = [], nb.cells
-    prompts = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.lstrip().startswith(PREDICT_PROMPT)]
+    prompts = prompt_cells(cells)
     for k, i in enumerate(prompts):
         end = prompts[k + 1] if k + 1 < len(prompts) else len(cells)
         answers = [r for c in cells[i + 1:end] if c.cell_type == "code" for r in _reveals(_printed_text(c))]
@@ -396,7 +414,7 @@ def giveaway_prose(nb, earlier: list) -> list[str]:
     known = {str(torch._dynamo.config.recompile_limit)}
     problems, cells = [], nb.cells
     before = _prose(earlier)
-    prompts = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.lstrip().startswith(PREDICT_PROMPT)]
+    prompts = prompt_cells(cells)
     for k, i in enumerate(prompts):
         end = prompts[k + 1] if k + 1 < len(prompts) else len(cells)
         answers = [r for c in cells[i + 1:end] if c.cell_type == "code" for r in _reveals(_printed_text(c))]
@@ -487,7 +505,8 @@ def test_nbval_run_injects_parameters_and_keeps_outputs_and_failures(tmp_path):
 
     nb_path = write_notebook(tmp_path / "nbs" / "00_tiny.ipynb", [
         ("md", "# Tiny"), ("params", 'SCALE = "auto"'),
-        ("code", "print(f'scale is {SCALE}')"), ("code", "1 / 0"), ("code", "print('after')")])
+        ("code", "print(f'scale is {SCALE}')"), ("code", "1 / 0"), ("code", "print('after')"),
+        ("code", "from shapelab.labkit import learning\nprint(learning.path())")])
     run = run_nbval(nb_path, artifacts=tmp_path / "executed", SEED=3)
     nb = run.nb
     assert run.returncode != 0 and nb is not None and run.cpu > 0
@@ -495,6 +514,10 @@ def test_nbval_run_injects_parameters_and_keeps_outputs_and_failures(tmp_path):
     assert code[1].outputs[0]["text"] == "scale is ci\n"  # injected after the parameters cell, as papermill does
     assert failed_cells(nb) == ["Cell 2 ('1 / 0'): ZeroDivisionError: division by zero"]
     assert code[3].outputs[0]["text"] == "after\n" and code[3].metadata["shapelab"]["outcome"] == "passed"
+    # the kernel's learner file is in a temp dir, removed after the run, never under the home folder
+    written = Path(code[4].outputs[0]["text"].strip())
+    assert written.is_relative_to(tempfile.gettempdir()) and not written.is_relative_to(Path.home()), written
+    assert not written.parent.exists()
 
 
 def test_giveaway_headings_finds_a_measured_figure_in_a_heading():
@@ -586,6 +609,26 @@ def test_giveaway_printed_figures_finds_an_answer_printed_above_its_prompt():
     assert len(giveaway_printed_figures(nb)) == 1
     nb.cells[0].outputs = out("No prediction written (predicted = ...); the run measured [1, 2, 2, 2] graphs.\n")
     assert giveaway_printed_figures(nb) == [], "an earlier prompt's answer is not this prompt's giveaway"
+
+
+def test_giveaway_checks_read_post_questions_against_everything_above_them():
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    out = lambda text: [nbformat.v4.new_output("stream", name="stdout", text=text)]  # noqa: E731
+    reveal = lambda n: out(f"No prediction written (predicted = ...); the run measured {n} graphs.\n")  # noqa: E731
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [md("> **Predict first.** How many graphs?"), code("predicted = ..."), code("run()", outputs=reveal(5)),
+                code("again()", outputs=out("six lengths, dynamic=False: 6 graphs\n")), md("## Self-check"),
+                md("> **Post question.** Six other lengths: how many graphs?"), code("predicted_post = ..."),
+                code("S.reveal(...)", outputs=reveal(6))]
+    problems = giveaway_printed_figures(nb)
+    assert len(problems) == 1 and "cell 5" in problems[0] and "6 graphs" in problems[0], problems
+    nb.cells[3].outputs = out("six lengths, dynamic=True: 1 graph\n")
+    assert giveaway_printed_figures(nb) == []
+    nb.cells[4].source = "## Self-check: 6 graphs"                      # the heading it is asked under
+    assert giveaway_headings(nb) == [] and giveaway_prose(nb, []) != []
+    nb.cells[4].source = "## Self-check"
+    assert giveaway_prose(nb, [md("Six lengths compile 6 graphs.")]) != []   # an earlier lesson's prose
+    assert giveaway_prose(nb, []) == []
 
 
 def test_giveaway_headings_finds_the_outcome_named_by_the_prompts_section():

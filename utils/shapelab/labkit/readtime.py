@@ -5,7 +5,8 @@ A lesson's time is what a learner spends on its main path, the cells before its 
 - prose: the words of its markdown at ``WORDS_PER_MINUTE``;
 - code: its non-blank code lines at ``CODE_LINES_PER_MINUTE`` (a learner reads what the cell runs, with its
   comments, but does not study it line by line: 2 s a line);
-- prompts: ``PROMPT_MINUTES`` for each "Predict first" (thinking and writing the answer down);
+- prompts: ``PROMPT_MINUTES`` for each "Predict first" and each self-check "Post question" (thinking and writing
+  the answer down takes the same minute for both);
 - the bench: ``BENCH_MINUTES`` for a lesson that has one (a few settings tried, the panes read);
 - the run: the seconds the lesson took to execute at CI size on a CPU (tests/test_notebooks.py records them
   in test-artifacts/timings.jsonl; without a record, the CI budget of ``RUN_BUDGET_S``, its upper bound).
@@ -29,6 +30,8 @@ BENCH_MINUTES = 3
 RUN_BUDGET_S = 60
 MAIN_PATH_MINUTES = 35  # what a lesson's main path must fit
 PROMPT = "> **Predict first.**"
+POST_QUESTION = "> **Post question.**"
+PROMPTS = (PROMPT, POST_QUESTION)  # the markdown openings that ask the learner to write an answer down
 GOING_FURTHER = re.compile(r"^\s{0,3}#{1,6}\s.*going further", re.I)
 LAB_BENCH = re.compile(r"^\s{0,3}#{1,6}\s(?:\d+\.\s*)?lab bench", re.I)
 _HTML = re.compile(r"<[^>]+>")
@@ -104,7 +107,7 @@ def lesson_time(cells, run_seconds: float | None = None) -> LessonTime:
             if any(GOING_FURTHER.match(line) for line in source.splitlines()):
                 part = further
             part["words"] += _words(source)
-            part["prompts"] += source.lstrip().startswith(PROMPT)
+            part["prompts"] += source.lstrip().startswith(PROMPTS)
             bench |= part is main and any(LAB_BENCH.match(line) for line in source.splitlines())
         elif cell["cell_type"] == "code":
             part["code_lines"] += _code_lines(source)
