@@ -2,6 +2,7 @@
 downloaded) and small plain-PyTorch traps. Ground truth comes from torch: a CompileCounter per call and the
 pasted prescription's count, both measured in a fresh interpreter where shapelab cannot be imported."""
 import json
+import logging
 import subprocess
 import sys
 
@@ -295,9 +296,12 @@ ZOO = {"encoder": encoder, "decoder": decoder, "decode_loop": decode_loop,
 
 # What a user does with the printed prescription: run its "once" parts (config; the lines on the model), then
 # its per-call part on the call's arguments by their names, and count with a CompileCounter. No shapelab here
-# (takehome.py's guard). Two of these run beside the doctor, one thread each: "written" counts each model as
-# written, per call (the ground truth), while the doctor runs; "fixed" reads each prescription as the doctor
-# prints it (one JSON line per model) and runs it, so the whole zoo costs about one compile sweep per core.
+# (takehome.py's guard). One such interpreter runs beside the doctor, one thread: per model, in the zoo's order,
+# it counts the model as written, per call (the ground truth, before it reads the doctor's line), then reads the
+# prescription the doctor printed for it (one JSON line) and runs that. Each model starts from a clean compile
+# state: torch._dynamo.reset() (no cached graph, guard or counter of another model), torch._dynamo.config as
+# the interpreter started, the model and calls built afresh and copied for each use; what a second process
+# would add is a second import of torch and transformers (about 5 s of CPU), nothing a count depends on.
 PASTE = r"""
 import copy, faulthandler, inspect, json, sys
 faulthandler.enable()
@@ -335,8 +339,7 @@ def build(name):
     return ns["ZOO"][name]()
 
 
-def written(name):
-    model, calls = build(name)
+def written(model, calls):
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()  # this model's breaks only
     cnt = CompileCounter()
@@ -349,7 +352,7 @@ def written(name):
         counts.append(cnt.frame_count)
     breaks = sorted(torch._dynamo.utils.counters["graph_break"])  # torch's own words for each break it took
     torch._dynamo.reset()
-    return {"counts": counts, "breaks": breaks}
+    return {"written": counts, "breaks": breaks}
 
 
 def your_variables(signature, bound):
@@ -361,8 +364,7 @@ def your_variables(signature, bound):
     return {"torch": torch, **defaults, **names}  # an argument not passed is its default
 
 
-def fixed(name, code):
-    model, calls = build(name)
+def fixed(model, calls, code):
     reference = copy.deepcopy(model)
     expected = []
     for call in calls:
@@ -398,26 +400,23 @@ def fixed(name, code):
     return {"fixed": cnt.frame_count, "same": bool(ok), "rows raised": raised}
 
 
-if sys.argv[2] == "written":
-    import os
-    parent, counts = os.getppid(), {}
-    for name in sys.argv[3:] or ns["ZOO"]:
-        if os.getppid() != parent:  # the test that started it is gone: stop
-            sys.exit(1)
-        counts[name] = written(name)
-    print(json.dumps(counts))
-else:
-    for line in sys.stdin:
-        name, code = json.loads(line)
-        saved = torch._dynamo.config.get_config_copy()
-        try:
-            result = fixed(name, code)
-        except Exception as e:  # the pasted code raised: the test says so for this model, the rest go on
-            result = {"fixed": None, "same": False, "rows raised": [], "error": f"{type(e).__name__}: {str(e)[:500]}"}
-        finally:
-            torch._dynamo.config.load_config(saved)
-            torch._dynamo.reset()
-        print(json.dumps([name, result]), flush=True)
+for name in sys.argv[2:]:
+    model, calls = build(name)  # once: each check below runs on its own copies
+    result = written(model, calls)
+    line = sys.stdin.readline()
+    if not line:  # the test that started it is gone, or stopped diagnosing: stop
+        sys.exit(1)
+    got, code = json.loads(line)
+    assert got == name, (got, name)
+    saved = torch._dynamo.config.get_config_copy()
+    try:
+        result.update(fixed(model, calls, code))
+    except Exception as e:  # the pasted code raised: the test says so for this model, the rest go on
+        result.update({"fixed": None, "same": False, "rows raised": [], "error": f"{type(e).__name__}: {str(e)[:500]}"})
+    finally:
+        torch._dynamo.config.load_config(saved)
+        torch._dynamo.reset()
+    print(json.dumps([name, result]), flush=True)
 """
 
 
@@ -467,53 +466,53 @@ def zoo():
 
 
 def run_zoo(folder, names=None) -> dict:
-    """Each model diagnosed here while two fresh interpreters count it as written and run each printed
-    prescription as soon as the doctor prints it."""
+    """Each model diagnosed here while a fresh interpreter counts it as written and runs the prescription
+    the doctor printed for it, as soon as it is printed."""
     import os
 
     from takehome import _NO_SHAPELAB
 
+    names = [n for n in ZOO if names is None or n in names]
     (folder / "zoo.py").write_text(ZOO_SRC)
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-
-    def start(mode, **kw):
-        err = open(folder / f"{mode}.err", "w")
-        return subprocess.Popen([sys.executable, "-c", _NO_SHAPELAB + PASTE, str(folder / "zoo.py"), mode, *(names or ())],
-                                text=True,
-                                stdout=subprocess.PIPE, stderr=err, cwd=folder, env=env, **kw), err
-
-    (written, werr), (fixed, ferr) = start("written"), start("fixed", stdin=subprocess.PIPE)
+    err = open(folder / "paste.err", "w")
+    paste = subprocess.Popen([sys.executable, "-c", _NO_SHAPELAB + PASTE, str(folder / "zoo.py"), *names], text=True,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=folder,
+                             env=dict(os.environ, HF_HUB_OFFLINE="1"))
     found = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # two processes on two cores: one thread each, no oversubscription
+    trace = logging.getLogger("torch.__trace")
+    handlers = list(trace.handlers)
+    # pytest hangs its log capture on every logger that does not propagate, torch.__trace among them, and
+    # torch builds each structured-trace record (graphs, guards) whenever that logger has a handler: about
+    # 17 s of CPU in this fixture that nothing reads (the doctor reads torch's metrics, not its trace)
+    trace.handlers[:] = []
     try:
-        for name, build in ZOO.items():
-            if names is not None and name not in names:
-                continue
+        for name in names:
             torch.manual_seed(0)
-            model, calls = build()
+            model, calls = ZOO[name]()
             before = _state(calls)
             with torch.no_grad():  # the transformers models' proof is the pasted run (CI time)
                 d = diagnose(model, calls, buckets=False, name=name, prove=name not in TRANSFORMERS)
             found[name] = {"d": d, "calls": calls, "model": model, "inputs unchanged": _equal(before, _state(calls))}
             code = {"once": d.plan.once_code(), "model": d.plan.model_code(), "call": d.plan.call_code(), "rows": _rows(d)}
             try:
-                fixed.stdin.write(json.dumps([name, code]) + "\n")
-                fixed.stdin.flush()
+                paste.stdin.write(json.dumps([name, code]) + "\n")
+                paste.stdin.flush()
             except BrokenPipeError:  # it stopped: its stderr, below, says why
                 break
-        outs = [p.communicate(timeout=600)[0] for p in (written, fixed)]  # closes fixed's input: it ends
+        out = paste.communicate(timeout=600)[0]
     finally:
-        for p, err in ((written, werr), (fixed, ferr)):
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            err.close()
-    for p, mode in ((written, "written"), (fixed, "fixed")):
-        assert p.returncode == 0, (mode, p.returncode, (folder / f"{mode}.err").read_text()[-3000:])
-    counts = json.loads(outs[0].strip().splitlines()[-1])
-    pasted = dict(json.loads(line) for line in outs[1].strip().splitlines())
+        trace.handlers[:] = handlers
+        torch.set_num_threads(threads)
+        if paste.poll() is None:
+            paste.kill()
+            paste.wait()
+        err.close()
+    assert paste.returncode == 0, (paste.returncode, (folder / "paste.err").read_text()[-3000:])
+    pasted = dict(json.loads(line) for line in out.strip().splitlines())
     for name in found:
-        written = counts.get(name) or {}
-        found[name]["pasted"] = {"written": written.get("counts"), "breaks": written.get("breaks"), **pasted[name]}
+        found[name]["pasted"] = pasted[name]
     return found
 
 
