@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import time
@@ -23,12 +24,20 @@ def no_leaks():
     after = shapelab.snapshot()
     for snap in (before, after):  # pytest's own bookkeeping variable changes between phases
         snap.env.pop("PYTEST_CURRENT_TEST", None)
-    diff = before.differences(after)
+    diff = _without_pytest_handlers(before).differences(_without_pytest_handlers(after))
     current = os.environ.get("PYTEST_CURRENT_TEST")
     shapelab.isolation.restore(before)
     if current is not None:
         os.environ["PYTEST_CURRENT_TEST"] = current
     assert diff == [], f"test leaked state: {diff}"
+
+
+def _without_pytest_handlers(snap):
+    """``snap`` with pytest's own log-capture handlers left out: pytest adds them to a logger a test creates
+    and changes them between a test's phases, which is no leak of the test's."""
+    loggers = {name: (level, propagate, tuple(h for h in handlers if not type(h).__module__.startswith("_pytest")))
+               for name, (level, propagate, handlers) in snap.loggers.items()}
+    return dataclasses.replace(snap, loggers=loggers)
 
 
 # Modules whose tests share a module-scoped fixture (a zoo sweep, a two-lab catalogue) or OS accounts: under
