@@ -19,10 +19,8 @@ def test_version_parsing_and_supported_range(monkeypatch):
     assert all(what in note for what in compat.MAY_DIFFER)  # outside the tested releases: what may differ
     with pytest.raises(compat.UnsupportedTorchError, match="pip install torch==2.13.0"):
         compat.check_supported("2.10.0")
-    with pytest.raises(compat.UnsupportedTorchError, match="the recompile doctor names wrong causes"):
-        compat.check_supported("2.12.1")  # ran by the matrix, below the range: says what failed there
     monkeypatch.setenv(compat.TRY_ENV, "1")  # the matrix tries an older release
-    assert "tried anyway" in compat.check_supported("2.11.0")
+    assert "tried anyway" in compat.check_supported("2.10.0")
     with pytest.raises(ValueError):
         compat.torch_version("nightly")
 

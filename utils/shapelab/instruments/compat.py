@@ -17,17 +17,15 @@ from typing import Callable
 import torch
 
 PINNED = "2.13.0"
-SUPPORTED = ((2, 13), (2, 15))  # inclusive (major, minor): the releases the library installs on (pyproject.toml)
+SUPPORTED = ((2, 11), (2, 15))  # inclusive (major, minor): the releases the library installs on (pyproject.toml)
 # The releases the whole course has run on: the pin (every CI run) and each release with a passing record in
 # versions/ (tests/test_matrix.py checks this tuple against the records and SUPPORTED against both). Inside
 # SUPPORTED but not here: accepted, with the known moves handled below, but not run in full.
-TESTED = ("2.13.0", "2.14.1", "2.15.0")
+TESTED = ("2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0")
 MAY_DIFFER = ("which guards are installed and their kinds", "the wording of recompile reasons and graph-break messages",
               "config and torch.compile keyword names", "the classes of torch's log handlers")
-# Older releases the version matrix ran: every lesson, solution and lab passes there, but the recompile doctor
-# fails tests (versions/torch-2.11.0.json, torch-2.12.1.json). Refused at import, except where TRY_ENV is "1":
-# the matrix sets it, to see whether such a release can join the range.
-BELOW_RANGE_RAN = {(2, 11): "2.11.0", (2, 12): "2.12.1"}
+# A release below the range is refused at import, except where TRY_ENV is "1": the version matrix sets it, to see
+# whether such a release can join the range.
 TRY_ENV = "SHAPELAB_TRY_TORCH"
 
 
@@ -54,13 +52,10 @@ def check_supported(version: str | None = None) -> str | None:
     low, high = SUPPORTED
     differ = f"what may differ: {'; '.join(MAY_DIFFER)}. Trust what you measure, and compare with the claims ledger."
     if major_minor < low:
-        ran = BELOW_RANGE_RAN.get(major_minor)
-        why = (f" (the version matrix ran {ran}: every lesson runs there, but the recompile doctor names wrong causes "
-               f"on some models; README, \"Versions\")" if ran else "")
         if os.environ.get(TRY_ENV) == "1":
-            return f"PyTorch {text} is older than the course supports{why}; tried anyway ({TRY_ENV}=1); {differ}"
+            return f"PyTorch {text} is older than the course supports; tried anyway ({TRY_ENV}=1); {differ}"
         raise UnsupportedTorchError(
-            f"This course needs PyTorch {low[0]}.{low[1]} or newer; you have {text}{why}. "
+            f"This course needs PyTorch {low[0]}.{low[1]} or newer; you have {text}. "
             f"Run: pip install torch=={PINNED}"
         )
     if major_minor > high:
