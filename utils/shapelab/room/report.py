@@ -4,8 +4,8 @@ fetched: the hub has no internet) and one CSV.
 A session is one calendar day of records in the store, on the server's clock (``learning.session_of``): a room
 run twice a day is one session, a room that crashed and restarted is still one. For the latest session: each
 concept's share right before and after and g with its n (below 0.3 flagged), the most common wrong predictions
-per prompt with the idea each reveals, and who is stuck where. Across sessions on the same store: g per concept per session, so a rewrite of a
-section shows in the next session's row. Every number comes from ``learning``, as on the live page.
+per prompt with the idea each reveals, and who is stuck where. Across sessions on the same store: g per
+concept per session, so a rewrite of a section shows in the next session's row. Every number comes from ``learning``, as on the live page.
 
     python -m shapelab.room.report --db sqlite:////srv/shapelab/state/room.sqlite --out report/
     (or SHAPELAB_ROOM_DB in the environment, as the service reads it)

@@ -6,8 +6,8 @@ for a hub on several machines. The same SQLAlchemy Core statements serve both. T
 versioned: ``MIGRATIONS`` lists the steps in order and ``Store`` applies the missing ones at start.
 
 ``Store.room`` is what the instructor's page shows, read against the course's manifest: each learner
-counts once per prompt (their first answer, as
-the learner's own summary does), and the measured value is what most kernels measured.
+counts once per prompt (their first answer, as the learner's own summary does), and the measured value
+is what most kernels measured.
 """
 from __future__ import annotations
 
