@@ -125,6 +125,12 @@ def supports_compile_kwarg(name: str) -> bool:
     return name in inspect.signature(torch.compile).parameters
 
 
+def declarative_spec_keyword() -> str | None:
+    """The keyword of ``torch.compile`` that takes a declarative shape spec on this release: ``shapes_spec`` on
+    2.13, ``dynamic_shapes`` from 2.14; None where ``torch.compile`` takes neither (2.11, 2.12)."""
+    return next((name for name in ("dynamic_shapes", "shapes_spec") if supports_compile_kwarg(name)), None)
+
+
 def compile_with_limit(fn: Callable, limit: int, **kwargs) -> Callable:
     """``torch.compile(fn, recompile_limit=limit, **kwargs)``: a recompile limit for this one function.
 
