@@ -731,3 +731,167 @@ def measure(it: Item):
             for q, level in zip(quiet, levels):
                 q.setLevel(level)
     return value
+
+
+# ---------------------------------------------------------------- the learner's side: forms, answers, their file
+
+FILE_ENV = "SHAPELAB_INVENTORY_FILE"
+PHASE_NAMES = {"pre": "before the lessons", "post": "after the lessons"}
+KERNEL = uuid.uuid4().hex
+_state: dict = {}          # this kernel's phase and form, set by begin()
+_kept: list[dict] = []     # this kernel's records, when the file could not be written
+
+
+def path() -> Path:
+    """The learner's file: ``$SHAPELAB_INVENTORY_FILE``, else inventory.jsonl beside the learning file
+    (``labkit.learning.path()``: ~/.shapelab/, or a test kernel's temp dir)."""
+    from . import learning
+
+    return Path(os.environ.get(FILE_ENV) or learning.path().parent / "inventory.jsonl")
+
+
+def _write(record: dict) -> bool:
+    file = path()
+    try:
+        file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(file.parent, 0o700)  # mkdir's mode is masked by the umask; an existing folder keeps its own
+        fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as fh:
+            os.fchmod(fd, 0o600)
+            fh.write(json.dumps(record) + "\n")
+        return True
+    except OSError as e:
+        _kept.append(record)
+        print(f"(your answer was not saved to {file}: {e.strerror or e}; this kernel keeps it; go on)")
+        return False
+
+
+def records() -> list[dict]:
+    """Every record of the learner's file (lines that are not a record skipped), then this kernel's unsaved ones."""
+    file = path()
+    try:
+        lines = file.read_text().splitlines() if file.exists() else []
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"(your inventory file {file} could not be read: {getattr(e, 'strerror', None) or e})")
+        lines = []
+    out = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("kind") in ("form", "answer"):
+            out.append(rec)
+    return out + list(_kept)
+
+
+def responses() -> list[dict]:
+    """The learner's answers as the scorer reads them (``inventory_score``), changes included (the scorer keeps
+    the first of each item and phase)."""
+    return [{"user": None, "form": r.get("form"), "item": r.get("item"), "phase": r.get("phase"),
+             "choice": r.get("choice"), "at": r.get("at")} for r in records() if r.get("kind") == "answer"]
+
+
+def first_form() -> str:
+    """The form this learner takes before the lessons: in a room, the one the service assigns; elsewhere the one
+    in their file, else one chosen at random now and kept there (the other form comes after)."""
+    from ..room import client
+
+    assigned = client.assigned_form()
+    if assigned in FORMS:
+        return assigned
+    kept = [r.get("first") for r in records() if r.get("kind") == "form" and r.get("first") in FORMS]
+    if kept:
+        return kept[0]
+    chosen = random.SystemRandom().choice(FORMS)
+    _write({"kind": "form", "first": chosen, "at": time.time(), "kernel": KERNEL})
+    return chosen
+
+
+def begin(phase: str) -> str:
+    """Start taking the inventory ``phase`` ("pre" before lesson 01, "post" after lesson 07); return the form."""
+    if phase not in PHASE_NAMES:
+        raise ValueError(f"phase must be 'pre' or 'post', not {phase!r}")
+    first = first_form()
+    form = first if phase == "pre" else other(first)
+    _state.update(phase=phase, form=form)
+    done = {r["item"] for r in responses() if r["phase"] == phase}
+    print(f"Form {form}, {PHASE_NAMES[phase]}: {len(items(form))} items. Your answers go to {path()} (yours alone)."
+          + (f" You answered {len(done)} already; those first answers count." if done else ""))
+    return form
+
+
+def _which(number) -> Item | None:
+    if not _state:
+        print("Run the first cell (inventory.begin) first: it says which form is yours.")
+        return None
+    mine = items(_state["form"])
+    if isinstance(number, int) and not isinstance(number, bool) and 1 <= number <= len(mine):
+        return mine[number - 1]
+    print(f"There is no item {number!r} here: the items are numbered 1 to {len(mine)}.")
+    return None
+
+
+def show(number: int) -> None:
+    """Show item ``number`` of this learner's form: its case, question and options (nothing is run)."""
+    it = _which(number)
+    if it is None:
+        return
+    text = f"**{number}.**" + it.markdown().split("**", 2)[2]
+    try:
+        from IPython.display import Markdown, display
+        display(Markdown(text))
+    except ImportError:
+        print(text)
+
+
+def answer(number: int, choice) -> str | None:
+    """Record this learner's ``choice`` ("a" to "d", "e" for I don't know) for item ``number`` of their form.
+    The first answer counts; a later one is kept as a change. Returns the choice recorded, None when none was."""
+    from ..room import client
+
+    it = _which(number)
+    if it is None:
+        return None
+    if choice is Ellipsis or choice is None or (isinstance(choice, str) and not choice.strip()):
+        print(f"No answer written for item {number}: put a letter a-d (or e, I don't know) in place of ... and run it.")
+        return None
+    letter = str(choice).strip().lower().rstrip(").")
+    if letter not in CHOICES:
+        print(f"{choice!r} is not one of the letters a, b, c, d or e: nothing recorded for item {number}.")
+        return None
+    phase = _state["phase"]
+    earlier = [r for r in responses() if r["item"] == it.id and r["phase"] == phase]
+    record = {"kind": "answer", "form": it.form, "item": it.id, "phase": phase, "choice": letter, "at": time.time(),
+              "kernel": KERNEL, "change": bool(earlier)}
+    _write(record)
+    client.record_inventory(it.form, it.id, phase, letter)
+    if earlier:
+        print(f"Item {number}: your first answer ({earlier[0]['choice']}) is the one that counts; this one is kept "
+              "as a change.")
+    else:
+        print(f"Item {number}: {letter} recorded.")
+    return letter
+
+
+def summary() -> None:
+    """The learner's before/after table per concept (the scorer's, over their first answers), for the end of the
+    after notebook; nothing is shown of the keys beyond right or not per concept."""
+    from ..instruments.display import Table
+    from . import inventory_score
+
+    rows = inventory_score.learner(responses())
+    if not any(r["pre"] or r["post"] for r in rows):
+        print("No inventory answers in your file yet: nothing to compare.")
+        return
+
+    def share(v):
+        return f"{v[0]} of {v[1]}" if v else "not answered"
+    table = Table({"concept": r["concept"], "right before": share(r["pre"]), "right after": share(r["post"]),
+                   "g": "" if r["g"] is None else f"{r['g']:+.2f}"} for r in rows)
+    print("Your inventory, before and after, per concept (first answers; g = (after - before) / (1 - before)):")
+    try:
+        from IPython.display import display
+        display(table)
+    except ImportError:
+        print(table)
