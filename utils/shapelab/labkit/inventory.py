@@ -11,7 +11,8 @@ Every case is executable as written, after ``import torch`` and ``cnt = CompileC
 with cheap backends and returns the value the options stand for. The tests run it on every release and check that
 the keyed option is what torch did and that no distractor is. The notebooks never run a case and never print a key.
 
-Answers: ``answer(item_id, choice)`` in the inventory notebooks. The first answer of an item counts; a later one is
+Answers: ``answer(number, choice)`` in the inventory notebooks (notebooks/inventory_before.ipynb and
+inventory_after.ipynb), after ``begin(phase)``; the learner sees item numbers, not ids. The first answer of an item counts; a later one is
 kept as a change and not scored. They go to the learner's own file (``~/.shapelab/inventory.jsonl``,
 ``$SHAPELAB_INVENTORY_FILE`` elsewhere; the folder 0700, the file 0600) and, in a room, to the room service.
 Scoring (one scorer for the learner and the room) is ``shapelab.labkit.inventory_score``.
@@ -66,10 +67,11 @@ class Item:
         """Letter -> option text, "I don't know" as ``e``."""
         return dict(zip(LETTERS, self.options)) | {DONT_KNOW: "I don't know"}
 
-    def markdown(self) -> str:
-        """The item as the notebook shows it: number, case, question, options a-e (no key, nothing run)."""
+    def markdown(self, label: str | None = None) -> str:
+        """The item as a notebook shows it: its label (the id unless given), case, question and options a-e; no
+        key, nothing run."""
         opts = "\n".join(f"- **{k}**: {v}" for k, v in self.choices.items())
-        return f"**{self.id}.** \n```python\n{self.case}\n```\n{self.question}\n\n{opts}"
+        return f"**{label or self.id}.**\n```python\n{self.case}\n```\n{self.question}\n\n{opts}"
 
 
 def _item(form: str, n: int, concept: str, idea: str, spec: dict) -> Item:
@@ -720,7 +722,9 @@ def measure(it: Item):
             with compat.recompile_failures(lambda _id, reasons: failures.append(list(reasons))):
                 try:
                     exec(compile(it.case, f"<{it.id}>", "exec"), ns)
-                except Exception as e:  # the case's own error is what some items ask about
+                except Exception as e:  # the case's own error is what some items ask about; others show it
+                    if "raised" not in it.answer:
+                        raise
                     raised = type(e).__name__
                 value = eval(it.answer, ns, {"raised": raised, "failures": failures})
         finally:
@@ -833,7 +837,7 @@ def show(number: int) -> None:
     it = _which(number)
     if it is None:
         return
-    text = f"**{number}.**" + it.markdown().split("**", 2)[2]
+    text = it.markdown(str(number))  # a number, not the id: the id would say which form is which
     try:
         from IPython.display import Markdown, display
         display(Markdown(text))
