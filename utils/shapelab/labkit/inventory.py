@@ -751,14 +751,11 @@ def path() -> Path:
 
 
 def _write(record: dict) -> bool:
+    from .learning import append_private
+
     file = path()
     try:
-        file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(file.parent, 0o700)  # mkdir's mode is masked by the umask; an existing folder keeps its own
-        fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(fd, "a") as fh:
-            os.fchmod(fd, 0o600)
-            fh.write(json.dumps(record) + "\n")
+        append_private(file, record)
         return True
     except OSError as e:
         _kept.append(record)

@@ -91,17 +91,23 @@ def path() -> Path:
     return Path(os.environ.get(FILE_ENV) or Path.home() / ".shapelab" / "learning.jsonl")
 
 
+def append_private(file: Path, record: dict) -> None:
+    """Append ``record`` as a JSON line to ``file``, the folder 0700 and the file 0600 (the learner's alone);
+    raises OSError when it cannot."""
+    file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(file.parent, 0o700)  # mkdir's mode is masked by the umask, and an existing folder keeps its own
+    fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a") as fh:
+        os.fchmod(fd, 0o600)
+        fh.write(json.dumps(record) + "\n")
+
+
 def save(lesson_id: str, rows: list[dict], file: Path | None = None) -> bool:
     """Append this kernel's rows for ``lesson_id`` to the learner's file, private to them; False (after one
     line) when the file cannot be written."""
     file = file or path()
     try:
-        file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(file.parent, 0o700)  # mkdir's mode is masked by the umask, and an existing folder keeps its own
-        fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(fd, "a") as fh:
-            os.fchmod(fd, 0o600)
-            fh.write(json.dumps({"lesson": lesson_id, "kernel": KERNEL, "at": time.time(), "concepts": rows}) + "\n")
+        append_private(file, {"lesson": lesson_id, "kernel": KERNEL, "at": time.time(), "concepts": rows})
         return True
     except OSError as e:
         print(f"(your record across lessons was not saved to {file}: {e.strerror or e}; the lesson goes on)")
