@@ -80,7 +80,7 @@ LINES = [p.line for p in MADE_UP.prompts]
 NOTES = st.lists(st.builds(_note, st.sampled_from(LINES), st.sampled_from([None, True, False])), max_size=30)
 
 
-@settings(max_examples=200, derandomize=True, deadline=None)
+@settings(max_examples=60, derandomize=True, deadline=None)
 @given(NOTES, NOTES)
 def test_what_comes_after_a_prompts_first_answer_changes_nothing(notes, later):
     """Whatever a learner runs again after answering every prompt once, the summary stays; right never exceeds

@@ -481,14 +481,14 @@ _PAIRS: list[tuple[str, str, dict, dict]] = [
         case="""
         torch._dynamo.config.recompile_limit = 16
         f = torch.compile(lambda x: x.flip(-1), backend=cnt, dynamic=False)
-        for n in range(1, 301):                   # every length 1 to 300
+        for n in range(1, 61):                    # every length 1 to 60
             padded = 1 << (n - 1).bit_length()   # the next power of two
             f(torch.randn(padded))""",
         question="How many graphs does `cnt` count?",
-        options=[(16, None, "expects the limit to be reached; 10 buckets stay under 16"),
-                 (9, None, "counts log2 of the largest bucket; the powers of two from 1 to 512 are 10"),
-                 (10, None, None),
-                 (300, None, "expects padding not to matter under dynamic=False; it maps the lengths onto a few sizes, "
+        options=[(16, None, "expects the limit to be reached; 7 buckets stay under 16"),
+                 (6, None, "counts log2 of the largest bucket; the powers of two from 1 to 64 are 7"),
+                 (7, None, None),
+                 (60, None, "expects padding not to matter under dynamic=False; it maps the lengths onto a few sizes, "
                   "one static graph each")]), dict(
         case="""
         torch._dynamo.config.recompile_limit = 16
