@@ -102,76 +102,84 @@ _PAIRS: list[tuple[str, str, dict, dict]] = [
     ("automatic-dynamic", "guards", dict(
         case="""
         f = torch.compile(lambda x: x.sin() - 1, backend=cnt)
-        for shape in [(5, 3), (7, 3), (9, 3), (9, 6)]:
+        for shape in [(2, 3, 4), (5, 3, 4), (5, 6, 4), (5, 6, 7), (8, 9, 10)]:
             f(torch.randn(shape))""",
         question="How many graphs does `cnt` count?",
-        options=[(1, None, FIRST_DYNAMIC), (2, None, ALL_SYMBOLIC), (3, None, None), (4, None, EVERY_SHAPE)]), dict(
+        options=[(2, None, ALL_SYMBOLIC), (3, None, "expects two recompiles to cover the tensor; each dimension "
+                  "becomes a symbol only when it changes, one recompile per dimension that varies"),
+                 (4, None, None), (5, None, EVERY_SHAPE)]), dict(
         case="""
         g = torch.compile(lambda x: x.tanh() * 3, backend=cnt)
-        for shape in [(2, 8), (2, 10), (2, 12), (6, 12)]:
+        for shape in [(4, 2, 6), (4, 2, 9), (7, 2, 9), (7, 5, 9), (3, 8, 11)]:
             g(torch.randn(shape))""",
         question="How many graphs does `cnt` count?",
-        options=[(4, None, EVERY_SHAPE), (3, None, None), (2, None, ALL_SYMBOLIC), (1, None, FIRST_DYNAMIC)])),
+        options=[(5, None, EVERY_SHAPE), (4, None, None), (3, None, "expects two recompiles to cover the tensor; each "
+                  "dimension becomes a symbol only when it changes, one recompile per dimension that varies"),
+                 (2, None, ALL_SYMBOLIC)])),
     ("marks", "guards", dict(
         case="""
         f = torch.compile(lambda x: x.exp() * 2, backend=cnt, dynamic=False)
-        for batch in [2, 4, 2, 6, 4]:
+        for batch in [2, 4, 2, 6, 4, 8]:
             f(torch.randn(batch, 3))""",
-        question="What happens over the five calls?",
+        question="What happens over the six calls?",
         answer="raised or cnt.frame_count",
         options=[(1, "1 graph serves every batch", "expects dynamic=False to share one graph across sizes; it "
                   "compiles a static graph per size"),
-                 (3, "3 graphs, one per batch size", None),
-                 (5, "5 graphs, one per call", "expects a size seen before to compile again; its static graph is "
+                 (4, "4 graphs, one per batch size", None),
+                 (6, "6 graphs, one per call", "expects a size seen before to compile again; its static graph is "
                   "cached and serves it"),
                  ("Unsupported", "the second call raises: dynamic=False refuses a new size", "expects dynamic=False to "
                   "refuse a new shape; it compiles a static graph per size")]), dict(
         case="""
         g = torch.compile(lambda x: x.log1p() + 2, backend=cnt, dynamic=False)
-        for length in [9, 7, 9, 5, 7]:
+        for length in [9, 7, 9, 5, 7, 3]:
             g(torch.rand(length))""",
-        question="What happens over the five calls?",
+        question="What happens over the six calls?",
         answer="raised or cnt.frame_count",
         options=[("Unsupported", "the second call raises: dynamic=False refuses a new size", "expects dynamic=False to "
                   "refuse a new shape; it compiles a static graph per size"),
-                 (5, "5 graphs, one per call", "expects a size seen before to compile again; its static graph is "
+                 (6, "6 graphs, one per call", "expects a size seen before to compile again; its static graph is "
                   "cached and serves it"),
                  (1, "1 graph serves every length", "expects dynamic=False to share one graph across sizes; it "
                   "compiles a static graph per size"),
-                 (3, "3 graphs, one per length", None)])),
+                 (4, "4 graphs, one per length", None)])),
     ("guards-record-facts", "guards", dict(
         case="""
         @torch.compile(backend=cnt)
         def f(x):
             if x.shape[0] > 10:
                 return x * 2
+            elif x.shape[0] > 5:
+                return x - 2
             return x + 1
-        for batch in [4, 6, 12, 8, 16]:
+        for batch in [4, 6, 12, 8, 16, 3]:
             f(torch.randn(batch, 2))""",
         question="How many graphs does `cnt` count?",
-        options=[(2, None, "expects one symbolic graph to serve both sides of the branch; Python needs a real True or "
-                  "False, so the guard records the side taken"),
-                 (3, None, None),
-                 (4, None, "expects a branch on the size to pin the size; the guard records only the fact the "
-                  "branch used (> 10 or not)"),
-                 (5, None, "expects every new batch to compile; a graph's guard records a fact that serves every "
-                  "batch for which it holds")]), dict(
+        options=[(2, None, "expects one symbolic graph to serve every side of the branch; Python needs a real True "
+                  "or False, so each graph's guard records the side it took"),
+                 (3, None, "expects a later size on the first graph's side to reuse it; that graph was compiled "
+                  "static, for the first size alone"),
+                 (4, None, None),
+                 (6, None, "expects every new size to compile; a graph's guard records a fact that serves every "
+                  "size for which it holds")]), dict(
         case="""
         @torch.compile(backend=cnt)
         def g(x):
-            if x.shape[1] % 2 == 0:
+            if x.shape[1] % 3 == 0:
                 return x.sum(1)
-            return x.mean(1)
-        for width in [3, 5, 4, 7, 6]:
+            elif x.shape[1] % 3 == 1:
+                return x.mean(1)
+            return x.amax(1)
+        for width in [3, 4, 5, 7, 6, 8]:
             g(torch.randn(2, width))""",
         question="How many graphs does `cnt` count?",
-        options=[(5, None, "expects every new width to compile; a graph's guard records a fact that serves every "
-                  "width for which it holds"),
-                 (4, None, "expects a branch on the size to pin the size; the guard records only the fact the "
-                  "branch used (even or not)"),
-                 (3, None, None),
-                 (2, None, "expects one symbolic graph to serve both sides of the branch; Python needs a real True or "
-                  "False, so the guard records the side taken")])),
+        options=[(6, None, "expects every new size to compile; a graph's guard records a fact that serves every "
+                  "size for which it holds"),
+                 (4, None, None),
+                 (3, None, "expects a later size on the first graph's side to reuse it; that graph was compiled "
+                  "static, for the first size alone"),
+                 (2, None, "expects one symbolic graph to serve every side of the branch; Python needs a real True "
+                  "or False, so each graph's guard records the side it took")])),
     ("marks", "guards", dict(
         case="""
         f = torch.compile(lambda x: x * torch.arange(6.0), backend=cnt)
@@ -239,29 +247,28 @@ _PAIRS: list[tuple[str, str, dict, dict]] = [
     ("ragged-batch", "guards", dict(
         case="""
         layer = torch.compile(torch.nn.Linear(5, 2), backend=cnt)
-        for epoch in range(2):
-            for batch in [8, 8, 8, 3]:
-                layer(torch.randn(batch, 5))""",
+        for batch in [8, 8, 3, 1] * 2:          # two epochs, each ending in short batches
+            layer(torch.randn(batch, 5))""",
         question="How many graphs does `cnt` count?",
-        options=[(1, None, "expects the short batch to reuse the full batches' graph; a new size fails the static "
+        options=[(1, None, "expects the short batches to reuse the full batches' graph; a new size fails the static "
                   "graph's size guard and recompiles"),
-                 (2, None, None),
-                 (3, None, "expects the short batch of every epoch to compile; the first one made the batch a symbol, "
-                  "and that graph serves every batch after"),
-                 (4, None, "expects each epoch to compile its sizes anew; the cache keeps the graphs across epochs")]),
-        dict(
+                 (2, None, "expects the symbolic graph to serve the batch of 1; sizes 0 and 1 are specialised, a "
+                  "graph of their own"),
+                 (3, None, None),
+                 (6, None, "expects each epoch to compile its short batches anew; the cache keeps the graphs across "
+                  "epochs")]), dict(
         case="""
         layer = torch.compile(torch.nn.Linear(3, 4), backend=cnt)
-        for epoch in range(3):
-            for batch in [6, 6, 2]:
-                layer(torch.randn(batch, 3))""",
+        for batch in [6, 6, 2, 1] * 3:          # three epochs, each ending in short batches
+            layer(torch.randn(batch, 3))""",
         question="How many graphs does `cnt` count?",
-        options=[(4, None, "expects each epoch to compile the short batch anew; the first one made the batch a "
-                  "symbol, and that graph serves every batch after"),
-                 (6, None, "expects each epoch to compile its sizes anew; the cache keeps the graphs across epochs"),
-                 (1, None, "expects the short batch to reuse the full batches' graph; a new size fails the static "
+        options=[(9, None, "expects each epoch to compile its short batches anew; the cache keeps the graphs across "
+                  "epochs"),
+                 (3, None, None),
+                 (1, None, "expects the short batches to reuse the full batches' graph; a new size fails the static "
                   "graph's size guard and recompiles"),
-                 (2, None, None)])),
+                 (2, None, "expects the symbolic graph to serve the batch of 1; sizes 0 and 1 are specialised, a "
+                  "graph of their own")])),
     # ---------------------------------------------------------------- 0/1 specialisation
     ("zero-one", "zero-one", dict(
         case="""
@@ -412,25 +419,25 @@ _PAIRS: list[tuple[str, str, dict, dict]] = [
     ("failed-guards", "limit", dict(
         case="""
         f = torch.compile(lambda x: x.neg() + 1, backend=cnt, dynamic=False)
-        for length in [6, 7, 8, 6, 9]:
+        for length in [6, 7, 8, 10, 6, 9]:
             f(torch.randn(length))""",
         question="The call on length 9 recompiles. How many failed guards does its recompile message list "
                  "(`TORCH_LOGS=recompiles`)?",
         answer="len(failures[-1])",
         options=[(1, None, "expects the message to name one failed guard; it lists one per cached graph"),
-                 (3, None, None),
-                 (4, None, "expects the repeated length to add a graph; 6 came back to a graph already cached"),
-                 (5, None, "counts the calls; the message lists one failed guard per cached graph")]), dict(
+                 (4, None, None),
+                 (5, None, "expects the repeated length to add a graph; 6 came back to a graph already cached"),
+                 (6, None, "counts the calls; the message lists one failed guard per cached graph")]), dict(
         case="""
         g = torch.compile(lambda x: x.square() - 3, backend=cnt, dynamic=False)
-        for length in [10, 11, 10, 12, 13, 11, 14]:
+        for length in [10, 11, 10, 12, 13, 11, 15, 14]:
             g(torch.randn(length, 2))""",
         question="The call on length 14 recompiles. How many failed guards does its recompile message list "
                  "(`TORCH_LOGS=recompiles`)?",
         answer="len(failures[-1])",
-        options=[(6, None, "expects the repeated lengths to add graphs; 10 and 11 came back to graphs already cached"),
-                 (4, None, None),
-                 (7, None, "counts the calls; the message lists one failed guard per cached graph"),
+        options=[(7, None, "expects the repeated lengths to add graphs; 10 and 11 came back to graphs already cached"),
+                 (5, None, None),
+                 (8, None, "counts the calls; the message lists one failed guard per cached graph"),
                  (1, None, "expects the message to name one failed guard; it lists one per cached graph")])),
     # ---------------------------------------------------------------- bucketing arithmetic
     ("bucket-graphs", "buckets", dict(
@@ -457,26 +464,25 @@ _PAIRS: list[tuple[str, str, dict, dict]] = [
     ("default-policy-buckets", "buckets", dict(
         case="""
         f = torch.compile(lambda x: x.relu().sum(-1), backend=cnt)      # the default policy
-        for n in [5, 12, 20, 40, 70]:
+        for n in [3, 1, 6, 12, 20, 40]:
             padded = 1 << (n - 1).bit_length()        # the next power of two
             f(torch.randn(1, padded))""",
         question="How many graphs does `cnt` count?",
-        options=[(1, None, FIRST_DYNAMIC), (2, None, None),
-                 (4, None, "expects one graph per power-of-two bucket under the default; dynamic=None makes the padded "
-                  "length a symbol after its first change"),
-                 (5, None, "expects one graph per request; padding maps the lengths onto buckets, and the default "
-                  "makes the length a symbol")]), dict(
+        options=[(1, None, FIRST_DYNAMIC),
+                 (2, None, "forgets that a length of 1 pads to 1, a size the default specialises: a graph of its own"),
+                 (3, None, None),
+                 (6, None, "expects one graph per power-of-two bucket under the default; dynamic=None makes the padded "
+                  "length a symbol after its first change")]), dict(
         case="""
         g = torch.compile(lambda x: x.exp().amax(-1), backend=cnt)      # the default policy
-        for n in [10, 30, 33, 50, 64]:
-            padded = -(-n // 16) * 16                 # the next multiple of 16
+        for n in [2, 1, 7, 9, 30, 33]:
+            padded = 1 << (n - 1).bit_length()        # the next power of two
             g(torch.randn(2, padded))""",
         question="How many graphs does `cnt` count?",
-        options=[(5, None, "expects one graph per request; padding maps the lengths onto buckets, and the default "
-                  "makes the length a symbol"),
-                 (4, None, "expects one graph per bucket under the default; dynamic=None makes the padded length a "
-                  "symbol after its first change"),
-                 (2, None, None), (1, None, FIRST_DYNAMIC)])),
+        options=[(6, None, "expects one graph per power-of-two bucket under the default; dynamic=None makes the padded "
+                  "length a symbol after its first change"),
+                 (2, None, "forgets that a length of 1 pads to 1, a size the default specialises: a graph of its own"),
+                 (3, None, None), (1, None, FIRST_DYNAMIC)])),
     ("bucket-graphs", "buckets", dict(
         case="""
         torch._dynamo.config.recompile_limit = 16
@@ -507,25 +513,27 @@ _PAIRS: list[tuple[str, str, dict, dict]] = [
         case="""
         def f(x):
             y = x * 3
-            return y[y > 1].sum()
+            return y[y > 1].sum() + y[y < 0].sum()
         e = torch._dynamo.explain(f)(torch.randn(16))""",
         question="What are `e.graph_count` and `e.graph_break_count`?",
         answer="(e.graph_count, e.graph_break_count)",
-        options=[((1, 0), "1 graph, 0 breaks", ONE_GRAPH_BREAK), ((1, 1), "1 graph, 1 break", BREAK_NO_AFTER),
-                 ((2, 1), "2 graphs, 1 break", None),
-                 ((3, 2), "3 graphs, 2 breaks", "expects the mask and the indexing to break apart; the comparison "
-                  "traces, only the indexing's output size depends on the data")]), dict(
+        options=[((1, 0), "1 graph, 0 breaks", ONE_GRAPH_BREAK),
+                 ((2, 1), "2 graphs, 1 break", "expects the first break to end what Dynamo compiles; it resumes "
+                  "after each break, so a second data-dependent index breaks again"),
+                 ((3, 2), "3 graphs, 2 breaks", None),
+                 ((2, 2), "2 graphs, 2 breaks", BREAK_NO_AFTER)]), dict(
         case="""
         def g(x):
             z = x.exp()
-            return z[z < 2].mean()
+            return z[z < 2].mean() - z[z > 3].mean()
         e = torch._dynamo.explain(g)(torch.randn(32))""",
         question="What are `e.graph_count` and `e.graph_break_count`?",
         answer="(e.graph_count, e.graph_break_count)",
-        options=[((3, 2), "3 graphs, 2 breaks", "expects the mask and the indexing to break apart; the comparison "
-                  "traces, only the indexing's output size depends on the data"),
-                 ((2, 1), "2 graphs, 1 break", None),
-                 ((1, 1), "1 graph, 1 break", BREAK_NO_AFTER), ((1, 0), "1 graph, 0 breaks", ONE_GRAPH_BREAK)])),
+        options=[((2, 2), "2 graphs, 2 breaks", BREAK_NO_AFTER),
+                 ((3, 2), "3 graphs, 2 breaks", None),
+                 ((2, 1), "2 graphs, 1 break", "expects the first break to end what Dynamo compiles; it resumes "
+                  "after each break, so a second data-dependent index breaks again"),
+                 ((1, 0), "1 graph, 0 breaks", ONE_GRAPH_BREAK)])),
     ("unbacked-capture", "data-dependent", dict(
         case="""
         torch._dynamo.config.capture_dynamic_output_shape_ops = True
@@ -534,12 +542,12 @@ _PAIRS: list[tuple[str, str, dict, dict]] = [
         def f(x):
             y = x * 3
             return y[y > 1].sum()
-        for seed in range(4):                     # each keeps another number of elements
-            f(torch.randn(16, generator=torch.Generator().manual_seed(seed)))""",
+        for n in [16, 16, 24, 24]:               # random values: each keeps another number
+            f(torch.randn(n))""",
         question="How many graphs does `cnt` count?",
-        options=[(1, None, None),
-                 (2, None, "expects the captured count to be specialised first and made dynamic later; an unbacked "
-                  "size has no value to specialise on"),
+        options=[(1, None, "expects the captured graph to serve a new input length; the kept count is a symbol, but "
+                  "the input's own length is specialised first, as always"),
+                 (2, None, None),
                  (4, None, "expects each new count of kept elements to recompile; with both flags the count is an "
                   "unbacked symbol inside one graph"),
                  (8, None, "expects the flags to keep the break; with both on the indexing stays in the graph")]), dict(
@@ -550,42 +558,46 @@ _PAIRS: list[tuple[str, str, dict, dict]] = [
         def g(x):
             z = x.exp()
             return z[z < 2].mean()
-        for seed in range(5):                     # each keeps another number of elements
-            g(torch.randn(32, generator=torch.Generator().manual_seed(seed)))""",
+        for n in [32, 20, 20, 20, 20]:           # random values: each keeps another number
+            g(torch.randn(n))""",
         question="How many graphs does `cnt` count?",
         options=[(10, None, "expects the flags to keep the break; with both on the indexing stays in the graph"),
                  (5, None, "expects each new count of kept elements to recompile; with both flags the count is an "
                   "unbacked symbol inside one graph"),
-                 (2, None, "expects the captured count to be specialised first and made dynamic later; an unbacked "
-                  "size has no value to specialise on"),
-                 (1, None, None)])),
+                 (2, None, None),
+                 (1, None, "expects the captured graph to serve a new input length; the kept count is a symbol, but "
+                  "the input's own length is specialised first, as always")])),
     ("data-dependent-break", "data-dependent", dict(
         case="""
+        @torch.compile(backend=cnt)
         def f(x):
-            top = x.max().item()
-            return (x / top).sum()
-        e = torch._dynamo.explain(f)(torch.rand(10))""",
-        question="What are `e.graph_count` and `e.graph_break_count`?",
-        answer="(e.graph_count, e.graph_break_count)",
-        options=[((1, 0), "1 graph, 0 breaks", "expects `.item()` to be traced; by default a Python number read from "
-                  "a tensor breaks the graph"),
-                 ((2, 1), "2 graphs, 1 break", None),
-                 ((1, 1), "1 graph, 1 break", BREAK_NO_AFTER),
-                 ((0, 1), "0 graphs, 1 break", "expects a break to give up on the function; outside a loop Dynamo "
-                  "compiles the code before and after it")]), dict(
+            n = int(x.sum().item())
+            return x * n
+        for v in [1.0, 2.0, 3.0, 4.0]:
+            f(torch.full((4,), v))""",
+        question="How many graphs does `cnt` count?",
+        options=[(1, None, "expects `.item()` to be traced; by default a Python number read from a tensor breaks "
+                  "the graph"),
+                 (2, None, "expects the code after the break to take `n` as data; a Python int is a constant at "
+                  "first and becomes a symbol at its first change"),
+                 (3, None, None),
+                 (5, None, "expects a graph per value of `n`; automatic dynamic makes an int a symbol after its first "
+                  "change")]), dict(
         case="""
+        @torch.compile(backend=cnt)
         def g(x):
-            total = x.sum().item()
-            return (x - total).abs()
-        e = torch._dynamo.explain(g)(torch.rand(6, 2))""",
-        question="What are `e.graph_count` and `e.graph_break_count`?",
-        answer="(e.graph_count, e.graph_break_count)",
-        options=[((0, 1), "0 graphs, 1 break", "expects a break to give up on the function; outside a loop Dynamo "
-                  "compiles the code before and after it"),
-                 ((1, 1), "1 graph, 1 break", BREAK_NO_AFTER),
-                 ((1, 0), "1 graph, 0 breaks", "expects `.item()` to be traced; by default a Python number read from "
-                  "a tensor breaks the graph"),
-                 ((2, 1), "2 graphs, 1 break", None)])),
+            m = int(x.amax().item())
+            return x + m
+        for v in [2.0, 5.0, 7.0, 9.0, 5.0]:
+            g(torch.full((3,), v))""",
+        question="How many graphs does `cnt` count?",
+        options=[(5, None, "expects a graph per value of `m`; automatic dynamic makes an int a symbol after its first "
+                  "change"),
+                 (3, None, None),
+                 (2, None, "expects the code after the break to take `m` as data; a Python int is a constant at "
+                  "first and becomes a symbol at its first change"),
+                 (1, None, "expects `.item()` to be traced; by default a Python number read from a tensor breaks "
+                  "the graph")])),
     ("loop-break", "data-dependent", dict(
         case="""
         @torch.compile(backend=cnt)
