@@ -12,9 +12,10 @@ with cheap backends and returns the value the options stand for. The tests run i
 the keyed option is what torch did and that no distractor is. The notebooks never run a case and never print a key.
 
 Answers: ``answer(number, choice)`` in the inventory notebooks (notebooks/inventory_before.ipynb and
-inventory_after.ipynb), after ``begin(phase)``; the learner sees item numbers, not ids. The first answer of an item counts; a later one is
-kept as a change and not scored. They go to the learner's own file (``~/.shapelab/inventory.jsonl``,
-``$SHAPELAB_INVENTORY_FILE`` elsewhere; the folder 0700, the file 0600) and, in a room, to the room service.
+inventory_after.ipynb), after ``begin(phase)``; the learner sees item numbers, not ids. The first answer of an
+item counts; a later one is kept as a change and not scored. They go to the learner's own file (inventory.jsonl
+beside labkit.learning's file: ``~/.shapelab/``, or ``$SHAPELAB_INVENTORY_FILE``; the folder 0700, the file
+0600) and, in a room, to the room service. Outside a room the first form is drawn at random once and kept there.
 Scoring (one scorer for the learner and the room) is ``shapelab.labkit.inventory_score``.
 """
 from __future__ import annotations
