@@ -88,15 +88,20 @@ def _item(form: str, n: int, concept: str, idea: str, spec: dict) -> Item:
 
 
 # Misconceptions shared by several items (the lessons' wrong_answers are where they come from).
-EVERY_SHAPE = "expects every new shape to compile; a dimension that changed once becomes a symbol and serves later sizes"
+EVERY_SHAPE = ("expects every new shape to compile; "
+               "a dimension that changed once becomes a symbol and serves later sizes")
 FIRST_DYNAMIC = "expects the first call to compile a dynamic graph; the default specialises the first shape"
-ALL_SYMBOLIC = "expects the first recompile to make every dimension symbolic; only the dimension that changed becomes one"
-SYMBOL_SERVES_01 = "expects a symbolic graph to serve sizes 0 and 1; a size symbol starts at 2, so 0 and 1 get graphs of their own"
+ALL_SYMBOLIC = ("expects the first recompile to make every dimension symbolic; "
+                "only the dimension that changed becomes one")
+SYMBOL_SERVES_01 = ("expects a symbolic graph to serve sizes 0 and 1; "
+                    "a size symbol starts at 2, so 0 and 1 get graphs of their own")
 DYNAMIC_TRUE_01 = "expects dynamic=True to cover size 1; it still specialises sizes 0 and 1, a graph each"
 LIMIT_RAISES = "expects the recompile limit to raise; the call past it logs a warning and runs eagerly"
 LIMIT_IGNORED = "expects every new shape to compile whatever the limit; past it the function runs eagerly"
-ONE_GRAPH_BREAK = "expects an output whose size depends on the data to stay in one graph; the default breaks the graph there"
-BREAK_NO_AFTER = "counts the break but not the graph after it; a break splits the function into a graph before and one after"
+ONE_GRAPH_BREAK = ("expects an output whose size depends on the data to stay in one graph; "
+                   "the default breaks the graph there")
+BREAK_NO_AFTER = ("counts the break but not the graph after it; "
+                  "a break splits the function into a graph before and one after")
 
 _PAIRS: list[tuple[str, str, dict, dict]] = [
     # ---------------------------------------------------------------- guards: symbolic guards, the default policy
@@ -300,8 +305,8 @@ _PAIRS: list[tuple[str, str, dict, dict]] = [
             f(x)""",
         question="How many graphs does `cnt` count?",
         options=[(1, None, None),
-                 (2, None, "expects 0 and 1 to keep one static graph under mark_unbacked; an unbacked size has no value "
-                  "to specialise on"),
+                 (2, None, "expects 0 and 1 to keep one static graph under mark_unbacked; an unbacked size has no "
+                  "value to specialise on"),
                  (3, None, "expects mark_unbacked to keep the 0/1 rule; an unbacked size has no value to specialise "
                   "on, so one graph serves 1, 0 and 5"),
                  (4, None, "expects each call to compile; an unbacked size serves every value")]), dict(
@@ -316,8 +321,8 @@ _PAIRS: list[tuple[str, str, dict, dict]] = [
                  (3, None, "expects mark_unbacked to keep the 0/1 rule; an unbacked size has no value to specialise "
                   "on, so one graph serves 0, 6 and 1"),
                  (1, None, None),
-                 (2, None, "expects 0 and 1 to keep one static graph under mark_unbacked; an unbacked size has no value "
-                  "to specialise on")])),
+                 (2, None, "expects 0 and 1 to keep one static graph under mark_unbacked; an unbacked size has no "
+                  "value to specialise on")])),
     ("zero-one", "zero-one", dict(
         case="""
         f = torch.compile(lambda x: x.cosh() - 2, backend=cnt, dynamic=True)
