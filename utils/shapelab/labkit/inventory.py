@@ -10,6 +10,8 @@ Every case is executable as written, after ``import torch`` and ``cnt = CompileC
 ``torch._dynamo.testing`` that counts the graphs it is given); ``measure(item)`` runs it from a clean compile state
 with cheap backends and returns the value the options stand for. The tests run it on every release and check that
 the keyed option is what torch did and that no distractor is. The notebooks never run a case and never print a key.
+The keys sit in this module, on the learner's machine: the inventory measures honest answers and cannot stop a
+learner who reads them, or runs a case, from scoring what they like; nothing here claims more.
 
 Answers: ``answer(number, choice)`` in the inventory notebooks (notebooks/inventory_before.ipynb and
 inventory_after.ipynb), after ``begin(phase)``; the learner sees item numbers, not ids. The first answer of an
