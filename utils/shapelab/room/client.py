@@ -50,6 +50,33 @@ def record_check(lab: str, exercise: str, passed: bool, attempt: int) -> bool | 
                            "attempt": int(attempt)})
 
 
+def record_inventory(form: str, item: str, phase: str, choice: str) -> bool | None:
+    """Send one concept-inventory answer (called by ``labkit.inventory.answer``; the service keeps the first)."""
+    if _room() is None:
+        return None
+    return _send("inventory", {"form": _text(form), "item": _text(item), "phase": _text(phase),
+                               "choice": _text(choice)})
+
+
+def assigned_form() -> str | None:
+    """The inventory form the room assigns this learner before the lessons ("A" or "B"; the service
+    counterbalances), or None outside a room or when the room does not answer (one line says so)."""
+    room = _room()
+    if room is None:
+        return None
+    url, token = room
+    import urllib.request
+
+    request = urllib.request.Request(f"{url}/api/form", headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            form = _answer(response).get("form")
+    except Exception as e:
+        print(f"(room: the service did not say which inventory form is yours: {_reason(e)}; one is chosen here)")
+        return None
+    return form if form in ("A", "B") else None
+
+
 def _send(kind: str, record: dict) -> bool | None:
     """POST one record; True when the service acknowledged it, False (after one line) when not."""
     room = _room()
@@ -69,7 +96,7 @@ def _send(kind: str, record: dict) -> bool | None:
                 print("(room: this answer counts in the second vote the instructor opened)")
             return 200 <= response.status < 300
     except Exception as e:  # a slow or absent room must never stop the lesson
-        what = "prediction" if kind == "reveal" else "check result"
+        what = {"reveal": "prediction", "inventory": "inventory answer"}.get(kind, "check result")
         if getattr(e, "code", None) == 429:
             _limited["until"] = time.monotonic() + _retry_after(e)
             if not _limited["said"]:
