@@ -23,12 +23,11 @@ import ast
 import time
 from collections import Counter
 
-from . import noise
 
 STUCK_AFTER = 10 * 60  # seconds without a record while the room moved on: "has not moved"
 TOP_WRONG = 3          # wrong predictions listed per prompt
-BOOT = 2000            # bootstrap resamples of g's interval
 SEED = 0               # the bootstrap's seed: the page and the report give the same interval
+LEVEL = 0.95           # g's bootstrap interval: the scorer's 95 %
 
 
 def session_of(at: float) -> str:
@@ -212,11 +211,21 @@ class Bank:
             return None
         return found if found.id == item_id else None  # the bank forgives "a07 "; a record must name it exactly
 
-    def gains(self, responses: list[dict], boot: int, seed: int):
-        return self.score.gains(responses, boot=boot, seed=seed)
+    def gains(self, responses: list[dict]) -> list[dict]:
+        """Per concept: pre, post, g, its ``LEVEL`` bootstrap interval (lo, hi; seeded) and n. The answers go in
+        by learner (the bootstrap draws learners in the order it meets them), so the same answers give the same
+        interval whatever order they arrived in: on the page, in the report, in a test."""
+        ordered = sorted(responses, key=lambda r: (str(r["user"]), r["item"], r["phase"], r.get("at") or 0.0))
+        return self.score.gains(ordered, seed=SEED, level=LEVEL)
 
-    def item_stats(self, responses: list[dict]):
+    def item_stats(self, responses: list[dict]) -> list[dict]:
+        """Per item and phase: n, difficulty, discrimination, distractors {letter: count}, flags."""
         return self.score.item_stats(responses)
+
+    @property
+    def meaningful(self) -> int:
+        """The learners from whom a concept's interval tells a gain of 0.5 from none (the scorer's simulation)."""
+        return self.score.MEANINGFUL_N
 
 
 def course_bank() -> Bank | None:
@@ -272,13 +281,13 @@ def orders(records: list[dict], assigned: dict[str, str]) -> dict:
 
 
 def inventory(records: list[dict], bank, assigned: dict[str, str] | None = None, stats_records: list[dict] | None = None,
-              manifest=None, boot: int = BOOT) -> dict:
+              manifest=None) -> dict:
     """The room's inventory: per concept (the bank's order; the lesson that teaches it, from ``manifest``) pre,
     post, g and its bootstrap interval over the learners who answered both forms (the scorer's); the item
     statistics (over ``stats_records``: every session, else ``records``) with each distractor's count and the
     misconception it stands for; what was left out, and how the room took the forms."""
     answers, left = inventory_answers(records, bank)
-    per_concept = _by_concept(bank.gains(answers, boot=boot, seed=SEED))
+    per_concept = {row["concept"]: row for row in bank.gains(answers)}
     taught = concept_lessons(manifest) if manifest is not None else {}
     concepts = []
     for concept in dict.fromkeys(i.concept for form in "AB" for i in bank.items(form)):
@@ -289,7 +298,7 @@ def inventory(records: list[dict], bank, assigned: dict[str, str] | None = None,
     every, _ = inventory_answers(stats_records if stats_records is not None else records, bank)
     return {"concepts": concepts, "items": item_table(bank, every), "left_out": left,
             "orders": orders(records, assigned or {}), "learners": len({r["user"] for r in answers}),
-            "meaningful": [noise.needed(1), noise.needed(2)]}  # learners for g within ±0.2: 1 or 2 items a concept
+            "meaningful": bank.meaningful, "level": LEVEL}
 
 
 def concept_lessons(manifest) -> dict[str, str]:
@@ -303,30 +312,18 @@ def concept_lessons(manifest) -> dict[str, str]:
 
 
 def item_table(bank, answers: list[dict]) -> list[dict]:
-    """Every item answered, flagged ones first, then in the bank's order: its difficulty (share right),
-    discrimination, and each distractor's count with the misconception it stands for, by name."""
-    stats = _by_item(bank.item_stats(answers))
+    """Every item answered, per phase, flagged ones first, then in the bank's order: its difficulty (share right),
+    discrimination, and each distractor's count (most chosen first) with the misconception it stands for."""
+    order = {item.id: i for i, item in enumerate(i for form in "AB" for i in bank.items(form))}
     rows = []
-    for order, item in enumerate(i for form in "AB" for i in bank.items(form)):
-        s = stats.get(item.id)
-        if not s:
-            continue
+    for s in bank.item_stats(answers):
+        item = bank.item(s["item"])
+        ideas = dict(item.ideas) | {"e": "I don't know"}
         counts = s.get("distractors") or {}
-        ideas = dict(getattr(item, "ideas", {}) or {})
-        ideas.setdefault("e", "I don't know")
-        rows.append({"item": item.id, "form": item.form, "concept": item.concept, "n": s.get("n"),
-                     "difficulty": s.get("difficulty"), "discrimination": s.get("discrimination"),
-                     "distractors": sorted(([choice, counts[choice], ideas.get(choice, "")] for choice in counts
-                                            if choice != item.key and counts[choice]), key=lambda d: (-d[1], d[0])),
-                     "flags": list(s.get("flags") or []), "order": order})
-    rows.sort(key=lambda r: (not r["flags"], r["order"]))
+        rows.append({"item": item.id, "phase": s["phase"], "form": item.form, "concept": item.concept, "n": s["n"],
+                     "difficulty": s["difficulty"], "discrimination": s["discrimination"],
+                     "distractors": sorted(([c, k, ideas.get(c, "")] for c, k in counts.items() if k),
+                                           key=lambda d: (-d[1], d[0])),
+                     "flags": list(s.get("flags") or [])})
+    rows.sort(key=lambda r: (not r["flags"], order[r["item"]], r["phase"] != "pre"))
     return rows
-
-
-def _by_concept(gains) -> dict[str, dict]:
-    """The scorer's per-concept answer as {concept: row}, whether it gives a mapping or a list of rows."""
-    return dict(gains) if isinstance(gains, dict) else {row["concept"]: row for row in gains}
-
-
-def _by_item(stats) -> dict[str, dict]:
-    return dict(stats) if isinstance(stats, dict) else {row["item"]: row for row in stats}

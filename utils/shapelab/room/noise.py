@@ -2,17 +2,14 @@
 before and after, each room's g computed as the page computes it, the spread printed (INSTRUCTOR.md, "Reading
 the gain").
 
-The model: each learner answers ``pre`` items before and ``post`` items after of a concept (the concept
-inventory has one item a concept on each form, two for the course's five core ideas), each right with the true
-probability, independently (a room's learners differ more than that, which only widens the spread).
-``needed`` turns it around: how many learners make one session's g meaningful (its 90 % range within ±0.2).
+The model: each learner answers ``pre`` prompts and ``post`` post questions of a concept, each right with the
+true probability, independently (a room's learners differ more than that, which only widens the spread).
 
     python -m shapelab.room.noise            # the table INSTRUCTOR.md quotes (seeded: the same numbers each run)
 """
 from __future__ import annotations
 
 import argparse
-from functools import lru_cache
 
 import numpy as np
 
@@ -48,21 +45,6 @@ def two_sessions(n: int, pre: int = 2, post: int = 1) -> tuple[float, float]:
     return float(low), float(high)
 
 
-WIDTH = 0.2  # g's 90 % range within ±0.2 of its value: a session's g worth reading on its own
-
-
-@lru_cache(maxsize=None)
-def needed(items: int, width: float = WIDTH, before: float = 0.3, after: float = 0.65) -> int | None:
-    """The fewest learners (answering ``items`` items a concept before and after) whose room's g falls within
-    ±``width`` of the true g in 90 % of simulated rooms; None beyond 400."""
-    true = (after - before) / (1 - before)
-    for n in range(5, 401, 5):
-        low, high = np.percentile(rooms_g(n, before, after, items, items, seed=n), [5, 95])
-        if max(true - low, high - true) <= width:
-            return n
-    return None
-
-
 def main(argv=None) -> int:
     """Command line: print the spread of g for rooms of 20 and 40, and between two sessions."""
     parser = argparse.ArgumentParser(prog="python -m shapelab.room.noise", description=__doc__.split("\n\n")[0])
@@ -80,9 +62,6 @@ def main(argv=None) -> int:
         low, high = two_sessions(n, args.pre, args.post)
         print(f"two sessions of {n}, the same section (g 0.50 both): the second's g minus the first's, 90 % of the time "
               f"between {low:+.2f} and {high:+.2f}")
-    for items in (1, 2):
-        print(f"the concept inventory, {items} item{'s' if items > 1 else ''} a concept on each form (30 % -> 65 %): "
-              f"g within ±{WIDTH} in 90 % of rooms from {needed(items)} learners")
     return 0
 
 

@@ -2,7 +2,7 @@
 what a teacher acts on: on the left the framed prompt by its question (n of N answered, left unanswered,
 answered after seeing the run, not reached; the room's predictions as bars, the right ones marked by the
 instructor's own run, else by each learner's kernel; what the kernels measured and how many differ); on the
-right what the room learned on the concept inventory (each concept's before, after and g with its 90 % interval,
+right what the room learned on the concept inventory (each concept's before, after and g with its 95 % interval,
 concepts nobody answered folded into one line) and the labs in progress (passed / tried / not started). Below:
 every prompt of every lesson in order with its first vote and second vote (a button frames one; "follow the
 room" frames the furthest prompt most learners reached); where each learner is (the furthest prompt reached,
@@ -49,7 +49,7 @@ PAGE = """<!doctype html>
   #framed .wrong { margin-top: .4em; } #framed .wrong li .idea { color: #555; }
   .labs { display: flex; flex-wrap: wrap; gap: .1em 1em; } .labs details[open] { flex-basis: 100%; }
   .labs table { margin-bottom: .3em; } #concepts tr.low td { background: #fce8e6; }
-  .top { display: grid; grid-template-columns: 11fr 10fr; gap: 1.5em; } .top > section { min-width: 0; }
+  .top { display: grid; grid-template-columns: 1fr 1fr; gap: 1.5em; } .top > section { min-width: 0; }
   #framed { margin-top: .3em; } h2.first { margin-top: .3em; } .top h2 { margin: .6em 0 .2em; }
   .interval { position: relative; display: inline-block; width: 5em; height: .8em; background: #f1f3f4;
               vertical-align: middle; margin-right: .4em; }
@@ -72,7 +72,7 @@ PAGE = """<!doctype html>
   <section>
     <div id="concepts" hidden><h2 class="first">What the room learned <span class="muted">(the concept inventory:
       right before and after; g = (after - before) / (1 - before), below 0.3 flagged)</span></h2>
-      <table><thead><tr><th>lesson</th><th>concept</th><th>before</th><th>after</th><th>g</th><th>90 % interval</th>
+      <table><thead><tr><th>lesson</th><th>concept</th><th>before</th><th>after</th><th>g</th><th>95 % interval</th>
         <th>n</th></tr></thead><tbody></tbody></table>
       <div id="inventory-notes" class="muted"></div></div>
     <h2>Labs <span class="muted">(the ones in progress open)</span></h2>
@@ -95,7 +95,7 @@ PAGE = """<!doctype html>
 <section id="items-section" hidden><h2>The inventory's items, this session <span class="muted">(right: the share who
   chose the key; discrimination against the rest of the form; the distractors chosen, each with the misconception it
   stands for; flagged items first)</span></h2>
-  <table id="items"><thead><tr><th>item</th><th>concept</th><th>answers</th><th>right</th><th>discrimination</th>
+  <table id="items"><thead><tr><th>item</th><th>taken</th><th>concept</th><th>answers</th><th>right</th><th>discrimination</th>
     <th>distractors chosen</th><th>flag</th></tr></thead><tbody></tbody></table></section>
 <script>
 const XSRF = "{{xsrf}}";
@@ -197,9 +197,9 @@ function renderVotes(box, p) {  // one round's counts, its bars, and what the ke
   box.append(m);
 }
 function pct(x) { return x === null ? "–" : Math.round(100 * x) + "%"; }
-function interval(c) {  // g and its 90 % interval on -0.5 .. 1, with 0 marked
+function interval(c) {  // g and its 95 % interval on -0.5 .. 1, with 0 marked
   const x = v => Math.max(0, Math.min(100, (v + 0.5) / 1.5 * 100)) + "%";
-  const box = el("span", "interval"); box.title = `g ${c.g === null ? "undefined" : c.g.toFixed(2)}, 90 % interval ` +
+  const box = el("span", "interval"); box.title = `g ${c.g === null ? "undefined" : c.g.toFixed(2)}, ${Math.round(100 * room.inventory.level)} % interval ` +
     (c.lo === null ? "undefined" : `${c.lo.toFixed(2)} to ${c.hi.toFixed(2)}`);
   const zero = el("span", "zero"); zero.style.left = x(0); box.append(zero);
   if (c.lo !== null && c.hi !== null) { const r = el("span", "range"); r.style.left = x(c.lo);
@@ -233,7 +233,7 @@ function renderInventory(inv) {
   const o = inv.orders, left = inv.left_out;
   notes.append(el("div", "", `forms: ${o.AB} A then B, ${o.BA} B then A` + (o.off_plan ? `, ${o.off_plan} off the plan` : "") +
     ` · left out: ${left.after_seeing} after seeing the key, ${left.changed} changed` +
-    ` · ±0.2 needs about ${inv.meaningful[0]} learners (1 item a concept; ${inv.meaningful[1]} with 2)` +
+    ` · from ${inv.meaningful} learners a concept's interval tells a gain of 0.5 from none` +
     ` · as of ${new Date(inv.as_of * 1000).toLocaleTimeString()}`));
   for (const i of inv.items) {
     const tr = el("tr", i.flags.length ? "flagged" : ""); tr.dataset.item = i.item;
@@ -242,7 +242,8 @@ function renderInventory(inv) {
       if (k) { const other = el("span", "", ` · ${choice} ${n}`); other.title = idea; d.append(other); }
       else d.append(el("b", "", choice), ` ${n}`, el("span", "idea", idea ? " · " + idea : ""));
     });
-    tr.append(el("td", "", i.item), el("td", "", i.concept), el("td", "n", String(i.n)), el("td", "n", pct(i.difficulty)),
+    tr.dataset.phase = i.phase;
+    tr.append(el("td", "", i.item), el("td", "", i.phase === "pre" ? "before" : "after"), el("td", "", i.concept), el("td", "n", String(i.n)), el("td", "n", pct(i.difficulty)),
               el("td", "n", i.discrimination === null ? "–" : i.discrimination.toFixed(2)), d,
               el("td", "", i.flags.join(", ")));
     itemRows.append(tr);

@@ -4,7 +4,7 @@ fetched: the hub has no internet) and one CSV.
 A session is one calendar day of records in the store, on the server's clock (``learning.session_of``): a room
 run twice a day is one session, a room that crashed and restarted is still one. For the latest session: each
 concept's share right on the concept inventory before and after, g with its bootstrap interval and n (below 0.3
-flagged), how many learners make g meaningful (``noise``); the inventory's items across every session (difficulty,
+flagged), how many learners make g meaningful (the scorer's simulation); the inventory's items across every session (difficulty,
 discrimination, each distractor's count with the misconception it stands for, flagged items first); each prompt's
 first vote against its second (Peer Instruction) with its most common wrong predictions; who is stuck where.
 Across sessions: g per concept per session, so a rewrite of a section shows in the next session's row. Every
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import learning, noise
+from . import learning
 from . import manifest as course
 from .store import Store
 
@@ -123,12 +123,11 @@ def _inventory_words(inv: dict) -> str:
     o, left = inv["orders"], inv["left_out"]
     off = f", {o['off_plan']} answered another form than the one assigned" if o["off_plan"] else ""
     return (f"Right before and after on the concept inventory (the lessons' prompts are not in it), over the learners "
-            f"who answered a concept on both forms; g = (after - before) / (1 - before) with its 90 % bootstrap "
+            f"who answered a concept on both forms; g = (after - before) / (1 - before) with its {round(100 * inv['level'])} % bootstrap "
             f"interval; below {LOW} flagged. Forms: {o['AB']} took A before, {o['BA']} B before{off}. "
             f"Left out: {left['after_seeing']} answers given after the learner saw the key, {left['changed']} changed "
-            f"answers (the first counts). One session's g is within ±{noise.WIDTH} of the truth nine times in ten from "
-            f"about {noise.needed(1)} learners (one item a concept on each form; {noise.needed(2)} with two): below that, "
-            "read the interval, not the number.")
+            f"answers (the first counts). From {inv['meaningful']} learners a concept's interval tells a gain of 0.5 "
+            "from none (the scorer's simulation); below that, read the interval, not the number.")
 _HEAD = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>The room: session report</title>
 <style>body{font:15px/1.4 system-ui,sans-serif;margin:1em 1.5em;color:#222;max-width:75em}
 h1{font-size:1.25em}h2{font-size:1.05em;margin:1.2em 0 .3em}table{border-collapse:collapse}
@@ -145,7 +144,7 @@ def _concept_table(concepts: list[dict]) -> str:
                    f"<td class=n>{_interval(c)}</td><td class=n>{c['n']}</td>"
                    f"<td class=muted>{'below 0.3' if _low(c) else ''}</td></tr>" for c in concepts)
     return ("<table id=concepts><tr><th>lesson</th><th>concept</th><th>right before</th><th>right after</th>"
-            f"<th>g</th><th>90 % interval</th><th>n</th><th></th></tr>{rows}</table>")
+            f"<th>g</th><th>95 % interval</th><th>n</th><th></th></tr>{rows}</table>")
 
 
 def _items_table(items: list[dict]) -> str:
@@ -154,12 +153,13 @@ def _items_table(items: list[dict]) -> str:
         return "<p class=muted>No inventory answer yet.</p>"
     e = html.escape
     rows = "".join(
-        f"<tr data-item='{e(i['item'])}' class='{'low' if i['flags'] else ''}'><td>{e(i['item'])}</td>"
+        f"<tr data-item='{e(i['item'])}' data-phase='{e(i['phase'])}' class='{'low' if i['flags'] else ''}'>"
+        f"<td>{e(i['item'])}</td><td>{'before' if i['phase'] == 'pre' else 'after'}</td>"
         f"<td>{e(i['concept'])}</td><td class=n>{i['n']}</td><td class=n>{_pct(i['difficulty'])}</td>"
         f"<td class=n>{_g(i['discrimination'])}</td><td>"
         + "<br>".join(f"<b>{e(choice)}</b> {n}{' · ' + e(idea) if idea else ''}" for choice, n, idea in i["distractors"])
         + f"</td><td>{e(', '.join(i['flags']))}</td></tr>" for i in items)
-    return ("<table id=items><tr><th>item</th><th>concept</th><th>answers</th><th>right</th><th>discrimination</th>"
+    return ("<table id=items><tr><th>item</th><th>taken</th><th>concept</th><th>answers</th><th>right</th><th>discrimination</th>"
             f"<th>distractors chosen (the misconception)</th><th>flag</th></tr>{rows}</table>")
 
 
@@ -227,7 +227,7 @@ def _bars_svg(concepts: list[dict]) -> str:
                        f'<text x="{left + 4 + width * (share or 0):.1f}" y="{y + j * 13 + 10}" font-size="10">{_pct(share)}</text>')
         out.append(f'<text x="{left + width + 8}" y="{y + 16}" font-size="13" fill="{"#c5221f" if _low(c) else "#222"}">'
                    f'g {_g(c["g"])} [{_interval(c)}] (n {c["n"]})</text>')
-    return "\n".join(out) + "</svg><p class=muted>grey: right before · green: right after · g [its 90 % interval]</p>"
+    return "\n".join(out) + "</svg><p class=muted>grey: right before · green: right after · g [its 95 % interval]</p>"
 
 
 def _sessions_svg(summary: dict[str, dict]) -> str:
