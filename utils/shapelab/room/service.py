@@ -325,7 +325,7 @@ def make_app(db: str, instructors: list[str], prefix: str = "/services/room/", m
     store = Store(db, instructors)
     manifest = manifest or course.load()
     bank = bank or learning.course_bank()
-    per_run = max(manifest.records_per_run(), 2 * max((len(bank.items(f)) for f in "AB"), default=0) if bank else 0)
+    per_run = max(manifest.records_per_run(), max(len(bank.items(f)) for f in "AB") if bank else 0)
     return web.Application([
         (prefix + "oauth_callback", HubOAuthCallbackHandler),
         (prefix + r"api/(reveal|check|inventory)", RecordHandler),
