@@ -212,11 +212,12 @@ class Bank:
         return found if found.id == item_id else None  # the bank forgives "a07 "; a record must name it exactly
 
     def gains(self, responses: list[dict]) -> list[dict]:
-        """Per concept: pre, post, g, its ``LEVEL`` bootstrap interval (lo, hi; seeded) and n. The answers go in
-        by learner (the bootstrap draws learners in the order it meets them), so the same answers give the same
-        interval whatever order they arrived in: on the page, in the report, in a test."""
+        """Per concept: pre, post, g, its ``LEVEL`` bootstrap interval (lo, hi; seeded) and n, over answers that
+        count already (``inventory_answers``). They go in by learner name, their times dropped (the bootstrap
+        draws learners in the order it meets them, which the scorer takes from the times), so the same answers
+        give the same interval whatever order they arrived in: on the page, in the report, in a test."""
         ordered = sorted(responses, key=lambda r: (str(r["user"]), r["item"], r["phase"], r.get("at") or 0.0))
-        return self.score.gains(ordered, seed=SEED, level=LEVEL)
+        return self.score.gains([dict(r, at=0.0) for r in ordered], seed=SEED, level=LEVEL)
 
     def item_stats(self, responses: list[dict]) -> list[dict]:
         """Per item and phase: n, difficulty, discrimination, distractors {letter: count}, flags."""

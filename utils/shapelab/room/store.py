@@ -18,6 +18,7 @@ import csv
 import io
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import sqlalchemy as sa
 
@@ -136,7 +137,7 @@ VERSION = len(MIGRATIONS)
 KINDS = {"reveal": reveals, "check": checks, "inventory": inventory}
 FORMS = ("A", "B")
 CACHE_SECONDS = 2.0  # the page asks every 2 s: two tabs open share one summary
-INVENTORY_SHARE = 0.1  # the inventory's g (a bootstrap) takes at most this share of the service's time
+QUICK = 0.05  # seconds: an inventory summary computed faster than this is computed again at once
 
 
 class NewerSchema(RuntimeError):
@@ -186,6 +187,8 @@ class Store:
         self._summary: tuple | None = None  # (what it was computed from, when, the summary)
         self._inventory: tuple | None = None  # the same for the inventory's part
         self._refs: dict | None = None  # the instructor's runs of each prompt, every session (``references``)
+        self._pool: ThreadPoolExecutor | None = None  # computes the inventory's summary when it is slow
+        self._computing: Future | None = None
         self.changes = 0  # counts every change of the records: a summary computed before one is stale
         self.inventory_changes = 0  # the same, of the inventory's answers and forms
 
@@ -360,20 +363,32 @@ class Store:
                 "labs": labs, "removals": removed, "not_in_course": unknown}
 
     def _inventory_of(self, answers: list[dict], bank, manifest, session: str) -> dict | None:
-        """The session's inventory summary (``learning.inventory``), with the time it was computed: again when an
-        answer or a form changed it, once the last computation's time is at most ``INVENTORY_SHARE`` of the time
-        since (a bootstrap is not free: while forty learners answer, the page may show it a few seconds late, and
-        says as of when; the learners' records are not held up)."""
+        """The session's inventory summary (``learning.inventory``) and when it was computed. It is computed again
+        when an answer or a form changed it: at once while that is quick (``QUICK`` s), else in a thread of its own
+        (a bootstrap over forty learners takes about a second on two cores, and the service must keep taking
+        records meanwhile), while the page shows the last one and says as of when."""
         if bank is None:
             return None
         key = (self.inventory_changes, id(bank), session)
-        kept = self._inventory  # (key, when computed, seconds it took, summary)
-        if kept is None or kept[0][1:] != key[1:] or \
-                (kept[0] != key and time.monotonic() - kept[1] >= kept[2] / INVENTORY_SHARE):
+        kept = self._inventory  # (key, seconds it took, summary)
+        if kept is not None and kept[0] == key:
+            return kept[2]
+
+        def compute(records: list[dict]) -> None:
             began = time.monotonic()
-            summary = learning.inventory(answers, bank, self.forms(), manifest=manifest) | {"as_of": time.time()}
-            self._inventory = kept = (key, began, time.monotonic() - began, summary)
-        return kept[3]
+            summary = learning.inventory(records, bank, self.forms(), manifest=manifest) | {"as_of": time.time()}
+            self._inventory = (key, time.monotonic() - began, summary)
+
+        if kept is None or kept[0][1:] != key[1:] or kept[1] < QUICK:
+            compute(answers)
+        elif self._computing is None or self._computing.done():
+            self._computing = self._worker().submit(compute, list(answers))
+        return self._inventory[2]
+
+    def _worker(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="room-inventory")
+        return self._pool
 
     def open_round(self, lesson: str, prompt: str, by: str, at: float | None = None) -> int | None:
         """Open the second vote on a prompt (at ``at``, else now): its reveals sent from then to the session's end
