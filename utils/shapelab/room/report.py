@@ -21,7 +21,7 @@ import html
 import io
 import os
 import sys
-import time
+import textwrap
 from pathlib import Path
 
 from . import learning
@@ -174,7 +174,7 @@ def _votes_table(lessons: list[dict]) -> str:
             second = p["second"]
             differ = f" ({p['differ']} kernels measured otherwise)" if p["differ"] else ""
             rows += (f"<tr data-prompt='{e(p['line'])}'><td>{e(lesson['id'][:2])} · {p['index'] + 1}</td>"
-                     f"<td>{e(p['question'][:120])}</td><td class=n>{_right(p)}</td>"
+                     f"<td>{e(textwrap.shorten(p['question'], 120, placeholder=' …'))}</td><td class=n>{_right(p)}</td>"
                      f"<td class=n>{_right(second) if second else '–'}</td><td class=n>{p['after_seeing']}</td>"
                      f"<td>{'the instructor’s run: ' + e(p['reference']) if p['reference'] is not None else 'each learner’s own kernel'}"
                      f"{differ}</td></tr>")
