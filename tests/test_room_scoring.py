@@ -319,3 +319,28 @@ def test_a_room_with_no_inventory_answer_folds_every_concept(tmp_path, fake_hub)
         assert json.loads(json.dumps(inv)) == inv  # what the page gets
     finally:
         room.close()
+
+
+def test_a_learners_kernel_takes_the_inventory_in_the_room(service, monkeypatch, tmp_path):
+    """The learner's side as it runs in a room (``labkit.inventory``: begin, answer): the kernel asks the room for
+    its form and sends each answer; the room has the form it assigned and the first answer, the change kept."""
+    import io
+    from contextlib import redirect_stdout
+
+    from shapelab.labkit import inventory
+    from shapelab.room import client
+
+    monkeypatch.setenv(client.URL_ENV, service.url)
+    monkeypatch.setenv(client.TOKEN_ENV, "l07")  # the fake hub names the learner by the token's text
+    monkeypatch.setenv("SHAPELAB_INVENTORY_FILE", str(tmp_path / "inventory.jsonl"))
+    with redirect_stdout(io.StringIO()) as out:
+        form = inventory.begin("pre")
+        inventory.answer(1, "b")
+        inventory.answer(1, "c")  # a change: the first counts
+    assert "(room:" not in out.getvalue(), out.getvalue()
+    assert form == service.app.settings["store"].forms()["l07"]
+    stored = service.app.settings["store"].records("inventory", "l07")
+    assert [(r["form"], r["item"], r["phase"], r["choice"]) for r in stored] == \
+        [(form, BANK.items(form)[0].id, "pre", "b"), (form, BANK.items(form)[0].id, "pre", "c")]
+    counted, left = learning.inventory_answers(stored, BANK)
+    assert [r["choice"] for r in counted] == ["b"] and left["changed"] == 1
