@@ -194,9 +194,11 @@ def test_the_page_refresh_reads_nothing_old_from_the_store(tmp_path):
     m = _manifest()
     s = store.Store(f"sqlite:///{tmp_path / 'room.sqlite'}")
     lesson = m.lessons[1]
+    assert s.room(m, [], "", bank=BANK)["learners"]["n"] == 0  # the page open before the first record
     for i in range(40):
-        s.add("reveal", f"u{i}", _reveal(lesson.id, 0))
-    s.room(m, [], "", bank=BANK)
+        assert s.add("reveal", f"u{i}", _reveal(lesson.id, 0))
+    assert s.add("inventory", "u0", _answer("A", BANK.items("A")[0].id, "pre", "a"))
+    assert s.room(m, [], "", bank=BANK)["learners"]["n"] == 40
     statements = []
     sa.event.listen(s.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
     s.add("reveal", "late", _reveal(lesson.id, 1))

@@ -223,7 +223,7 @@ class Store:
         if self._session is None:
             return
         session = learning.session_of(row["at"])
-        if session > self._session["session"]:
+        if self._session["session"] is None or session > self._session["session"]:  # None: the store was empty
             self._session = {"session": session} | {k: [] for k in KINDS}
         if session == self._session["session"]:
             bisect.insort(self._session[kind], row, key=lambda r: (r["at"], r["id"]))
