@@ -80,13 +80,16 @@ def test_forms_are_isomorphic_but_never_the_same_case(pair):
     assert len(words(a) & words(b)) >= 2, f"{pair}: the distractors of A and B reveal different ideas"
 
 
-def _page_text(path: Path) -> str:
-    """A lesson page as a learner sees it: every cell's source and, when this checkout ran the lesson, its outputs."""
-    nb = nbformat.read(path, as_version=4)
-    executed = EXECUTED / f"notebooks__{path.name}"
-    if executed.exists() and executed.stat().st_mtime >= path.stat().st_mtime:
-        nb = nbformat.read(executed, as_version=4)
-    return "\n".join([c.source for c in nb.cells] + [_outputs(c) for c in nb.cells if c.cell_type == "code"])
+def page_cells(path: Path, nb=None) -> list[tuple[str, str]]:
+    """A lesson page as a learner sees it, cell by cell: (source, outputs), from ``nb`` (an
+    executed copy) or, when this checkout ran the lesson since it last changed, its executed copy, else the
+    stored notebook (sources only)."""
+    if nb is None:
+        nb = nbformat.read(path, as_version=4)
+        executed = EXECUTED / f"notebooks__{path.name}"
+        if executed.exists() and executed.stat().st_mtime >= path.stat().st_mtime:
+            nb = nbformat.read(executed, as_version=4)
+    return [(c.source, _outputs(c) if c.cell_type == "code" else "") for c in nb.cells]
 
 
 def _outputs(cell) -> str:
@@ -97,15 +100,20 @@ def _outputs(cell) -> str:
 
 
 @pytest.fixture(scope="module")
-def pages() -> dict[str, str]:
-    return {p.stem: _page_text(p) for p in LESSONS}
+def pages() -> dict[str, list[str]]:
+    return {p.stem: page_cells(p) for p in LESSONS}
+
+
+def cases_on(pages: dict[str, list[tuple[str, str]]]) -> list[tuple]:
+    """(item, part of its case, page) for each function or call sequence of an item found on a page."""
+    squashed = {name: _squash("\n".join(map("\n".join, cells))) for name, cells in pages.items()}
+    return [(it.id, part[:60], name) for it in ALL for part in _calls(it.case) if len(_squash(part)) > 8
+            for name, text in squashed.items() if _squash(part) in text]
 
 
 def test_no_lesson_page_shows_an_items_case(pages):
     """The giveaway guard: no item's function or call sequence is on a lesson page (whitespace aside)."""
-    squashed = {name: _squash(text) for name, text in pages.items()}
-    found = [(it.id, part[:60], name) for it in ALL for part in _calls(it.case) if len(_squash(part)) > 8
-             for name, text in squashed.items() if _squash(part) in text]
+    found = cases_on(pages)
     assert not found, f"item cases on lesson pages: {found}"
     page = _squash(f"Try this:\n{inv.item('B07').case}")   # the guard sees a case when a page has one
     assert any(_squash(part) in page for part in _calls(inv.item("B07").case) if len(_squash(part)) > 8)
@@ -114,31 +122,43 @@ def test_no_lesson_page_shows_an_items_case(pages):
 TOKEN = re.compile(r"[A-Za-z_]\w+|\d+")
 
 
-def _option_found(text: str, block: str) -> int:
-    """How often an option's text shows in a block of the page: its numbers together, or its words."""
+def _first_seen(text: str, window: str) -> int | None:
+    """Where an option's text first shows in ``window``: its numbers in a row (a few characters apart), or, for
+    an option without numbers, its first word of four letters or more; None when it does not show."""
     numbers = re.findall(r"\d+", text)
     if numbers:
         pattern = r"\D{0,12}".join(rf"(?<!\d){n}(?!\d)" for n in numbers)
-        return len(re.findall(pattern, block))
-    words = [w for w in re.findall(r"[a-z]{4,}", text.lower()) if w not in {"graph", "with", "runs", "call"}]
-    return min((block.lower().count(w) for w in words), default=0)
+    else:
+        words = [w for w in re.findall(r"[a-z]{4,}", text.lower()) if w not in {"graph", "with", "runs", "call"}]
+        if not words:
+            return None
+        pattern = rf"\b{words[0]}"
+    found = re.search(pattern, window, re.I)
+    return found.start() if found else None
 
 
-def blocks_of(pages: dict[str, str]) -> list[tuple[str, set]]:
-    """The pages' blocks (paragraphs, cells, outputs) with their tokens."""
-    return [(b, set(TOKEN.findall(b))) for text in pages.values() for b in re.split(r"\n\s*\n", text) if b.strip()]
+def blocks_of(pages: dict[str, list[tuple[str, str]]]) -> list[tuple[str, set]]:
+    """Per cell of the pages: what a reader sees after its source (its outputs and the three cells after it,
+    where a prompt's answer is printed), and the tokens of the cell."""
+    out = []
+    for cells in pages.values():
+        for i, (source, outputs) in enumerate(cells):
+            after = "\n".join([outputs] + ["\n".join(c) for c in cells[i + 1:i + 4]])
+            out.append((after, set(TOKEN.findall(source + "\n" + outputs))))
+    return out
 
 
 def copier_choices(it: inv.Item, blocks: list[tuple[str, set]], top: int = 3) -> str | None:
-    """What a learner who skims answers: the ``top`` blocks of the pages most like the item's case and question,
-    then the option that the nearest of them shows most often; None when none shows any option."""
+    """What a learner who skims answers: the cell of the pages most like the item's case and question (tokens in
+    common over tokens in either), then the option whose value shows first from there on; the next most similar
+    cell when none shows; None when no option shows after any of the ``top`` most similar."""
     want = set(TOKEN.findall(it.case + " " + it.question))
-    ranked = [b for b, _ in sorted(blocks, key=lambda bt: -len(want & bt[1]))[:top]]
-    for block in ranked:
-        counts = {letter: _option_found(text, block) for letter, text in zip(inv.LETTERS, it.options)}
-        best = max(counts.values())
-        if best:
-            return min(letter for letter, n in counts.items() if n == best)
+    ranked = sorted(blocks, key=lambda bt: -len(want & bt[1]) / len(want | bt[1]))[:top]
+    for window, _ in ranked:
+        seen = {letter: _first_seen(text, window) for letter, text in zip(inv.LETTERS, it.options)}
+        seen = {letter: at for letter, at in seen.items() if at is not None}
+        if seen:
+            return min(seen, key=lambda letter: (seen[letter], letter))
     return None
 
 
@@ -148,23 +168,39 @@ def chance_tail(right: float, n: int, p: float = 0.25) -> float:
     return sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1))
 
 
-def test_a_learner_who_copies_from_the_pages_scores_no_better_than_chance(pages):
+def copier_score(pages: dict[str, str]) -> tuple[float, str]:
+    """(the copier's expected score over both forms, a line on how it got there)."""
     blocks = blocks_of(pages)
     picks = {it.id: copier_choices(it, blocks) for it in ALL}
     matched = [i for i, c in picks.items() if c is not None]
-    right = sum(picks[i] == inv.item(i).key for i in matched)
-    expected = right + 0.25 * (len(ALL) - len(matched))  # unmatched items: a guess
-    print(f"copier: {len(matched)} of {len(ALL)} items matched a value on the pages, {right} of them right; "
-          f"expected score {expected:.1f} of {len(ALL)}, chance {0.25 * len(ALL):.0f}")
-    assert chance_tail(expected, len(ALL)) > 0.05, (f"copying from the pages scores {expected:.1f} of {len(ALL)}: "
-                                                    f"better than chance; right by copying: "
-                                                    f"{[i for i in matched if picks[i] == inv.item(i).key]}")
+    right = [i for i in matched if picks[i] == inv.item(i).key]
+    expected = len(right) + 0.25 * (len(ALL) - len(matched))  # unmatched items: a guess
+    return expected, (f"copier: {len(matched)} of {len(ALL)} items matched a value on the pages, {len(right)} of "
+                      f"them right ({', '.join(right)}); expected score {expected:.1f} of {len(ALL)}, chance "
+                      f"{0.25 * len(ALL):.0f}")
+
+
+def test_a_learner_who_copies_from_the_pages_scores_no_better_than_chance(pages):
+    expected, how = copier_score(pages)
+    print(how)
+    assert chance_tail(expected, len(ALL)) > 0.05, f"copying from the pages scores better than chance: {how}"
+
+
+def page_problems(path: Path, executed) -> list[str]:
+    """For tests/test_notebooks.py's nbval test of lesson ``path``, on that run's executed copy (no lesson runs
+    twice): the giveaway guard and the copier over the pages with this lesson's outputs."""
+    pages = {p.stem: page_cells(p, executed if p == path else None) for p in LESSONS}
+    expected, how = copier_score(pages)
+    problems = [f"item {i}'s case is on {name}: {part!r}" for i, part, name in cases_on(pages)]
+    return problems + ([f"copying from the pages scores better than chance: {how}"]
+                       if chance_tail(expected, len(ALL)) <= 0.05 else [])
 
 
 def test_the_copier_finds_a_value_a_page_gives_away():
     """The copier is not blind: a page that prints an item's case with its answer is copied right."""
     it = inv.item("A01")
-    page = {"made_up": f"{it.case}\n{it.question}\nThe run counted {it.options[inv.LETTERS.index(it.key)]} graphs."}
+    page = {"made_up": [("# A lesson", ""), (f"{it.case}\n{it.question}", ""),
+                        (f"The run counted {it.options[inv.LETTERS.index(it.key)]} graphs.", "")]}
     assert copier_choices(it, blocks_of(page)) == it.key
     assert chance_tail(len(ALL) * 0.5, len(ALL)) < 0.05  # half right would fail the test above
 

@@ -130,7 +130,7 @@ def test_item_stats_flag_an_easy_item_and_a_negative_one():
             choice = it.key if ok else rng.choice([c for c in inv.CHOICES if c != it.key])
             rs.append({"user": u, "form": "A", "item": it.id, "phase": "pre", "choice": choice, "at": len(rs)})
     stats = {r["item"]: r for r in score.item_stats(rs)}
-    assert stats["A01"]["flags"] == ["too easy before teaching"] and stats["A01"]["difficulty"] == 1.0
+    assert stats["A01"]["flags"] == ["too easy before teaching"] and stats["A01"]["difficulty"] == 1.0, SEED
     assert "discriminates negatively" in stats["A02"]["flags"] and stats["A02"]["discrimination"] < -0.5
     assert stats["A03"]["discrimination"] > 0.5 and not stats["A03"]["flags"]
     assert sum(stats["A03"]["distractors"].values()) == 30 - round(stats["A03"]["difficulty"] * 30)

@@ -497,6 +497,10 @@ def test_lesson_executes_under_nbval(path, runs):
 
     problems = notebook_problems(nbformat.read(path, as_version=4), nb)
     assert not problems, f"{_id(path)}: a wrong answer the room names is what the run measured:\n" + "\n".join(problems)
+    from test_inventory import page_problems  # the concept inventory against this run's page
+
+    problems = page_problems(path, nb)
+    assert not problems, f"{_id(path)}: the page answers the concept inventory:\n" + "\n".join(problems)
 
 
 def test_nbval_run_injects_parameters_and_keeps_outputs_and_failures(tmp_path):

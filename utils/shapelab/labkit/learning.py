@@ -1,10 +1,15 @@
-"""What you learned: each concept's right-before and right-after, from this kernel's own predictions (issue 30).
+"""What you learned: per concept of a lesson, the concept inventory before and after, and this lesson's predictions.
 
-Every ``S.reveal`` notes its line and whether the prediction agreed (``note``, called by ``reveal``). At the
-end of a lesson ``summary(lesson)`` reads those notes against the course's manifest: a ``Predict first``
-prompt tagged ``concept:NAME`` tests the concept before the lesson taught it, a ``Post question`` of the
-same concept after. A prompt counts its first answered reveal only: an answer changed after the run
-printed the measurement is no longer a prediction. A prompt left as ``...`` counts as unanswered.
+Learning is measured by the concept inventory (``labkit.inventory``: one form before lesson 01, the other after
+lesson 07, scored by ``labkit.inventory_score``), not by the lessons' prompts: those are for thinking and
+discussion (Peer Instruction), and a prompt the lesson asks is no measure of what it taught. ``summary(lesson)``
+shows, per concept the lesson tags, the learner's inventory items right before and after, once the after form is
+complete (before that, right or wrong per concept would tell which answers were right); and how many of the
+lesson's prompts they predicted as the run measured, for their own reflection.
+
+Every ``S.reveal`` notes its line and whether the prediction agreed (``note``, called by ``reveal``). A prompt
+counts its first answered reveal only: an answer changed after the run printed the measurement is no longer a
+prediction. A prompt left as ``...`` counts as unanswered.
 
 Nothing leaves the machine (a room gets each reveal through ``room.client``, not from here). Across lessons
 the summary keeps one line per lesson and kernel in a file of the learner's own, ``~/.shapelab/learning.jsonl``
@@ -54,13 +59,26 @@ def scores(lesson, notes: list[dict]) -> list[dict]:
     return list(rows.values())
 
 
-def table(rows: list[dict]) -> Table:
-    """The learner's table: per concept, right before and right after, as "1 of 2"."""
-    def share(row, phase):
-        answered = row[f"{phase}_answered"]
-        return f"{row[f'{phase}_right']} of {answered}" if answered else "not answered"
-    return Table({"concept": r["concept"], "right before": share(r, "pre"), "right after": share(r, "post")}
-                 for r in rows)
+def table(rows: list[dict], inventory_rows: list[dict] | None = None) -> Table:
+    """The learner's table, per concept: the lesson's prompts predicted as measured ("2 of 3": first answers, all
+    of the concept's prompts), and, given ``inventory_rows`` (``inventory_score.learner``), the inventory's items
+    right before and after ("1 of 1") and the learner's g."""
+    mine = {r["concept"]: r for r in inventory_rows or []}
+
+    def share(got, n):
+        return f"{got} of {n}" if n else "not answered"
+
+    out = Table()
+    for r in rows:
+        row = {"concept": r["concept"], "your predictions here": share(r["pre_right"] + r["post_right"],
+                                                                     r["pre_answered"] + r["post_answered"])}
+        if inventory_rows is not None:
+            inv = mine.get(r["concept"], {})
+            row["inventory before"] = share(*inv["pre"]) if inv.get("pre") else "not answered"
+            row["inventory after"] = share(*inv["post"]) if inv.get("post") else "not answered"
+            row["g"] = "" if inv.get("g") is None else f"{inv['g']:+.2f}"
+        out.append(row)
+    return out
 
 
 def answered(rows: list[dict]) -> bool:
@@ -73,17 +91,23 @@ def path() -> Path:
     return Path(os.environ.get(FILE_ENV) or Path.home() / ".shapelab" / "learning.jsonl")
 
 
+def append_private(file: Path, record: dict) -> None:
+    """Append ``record`` as a JSON line to ``file``, the folder 0700 and the file 0600 (the learner's alone);
+    raises OSError when it cannot."""
+    file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(file.parent, 0o700)  # mkdir's mode is masked by the umask, and an existing folder keeps its own
+    fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a") as fh:
+        os.fchmod(fd, 0o600)
+        fh.write(json.dumps(record) + "\n")
+
+
 def save(lesson_id: str, rows: list[dict], file: Path | None = None) -> bool:
     """Append this kernel's rows for ``lesson_id`` to the learner's file, private to them; False (after one
     line) when the file cannot be written."""
     file = file or path()
     try:
-        file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(file.parent, 0o700)  # mkdir's mode is masked by the umask, and an existing folder keeps its own
-        fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(fd, "a") as fh:
-            os.fchmod(fd, 0o600)
-            fh.write(json.dumps({"lesson": lesson_id, "kernel": KERNEL, "at": time.time(), "concepts": rows}) + "\n")
+        append_private(file, {"lesson": lesson_id, "kernel": KERNEL, "at": time.time(), "concepts": rows})
         return True
     except OSError as e:
         print(f"(your record across lessons was not saved to {file}: {e.strerror or e}; the lesson goes on)")
@@ -114,33 +138,47 @@ def history(file: Path | None = None) -> dict[str, list[dict]]:
 
 
 def across(lessons: dict[str, list[dict]]) -> Table:
-    """One row per lesson: the concepts' prompts right before and their post questions right after."""
+    """One row per lesson: its prompts predicted as the run measured (first answers)."""
     return Table({"lesson": lesson,
-                  "right before": f"{sum(r['pre_right'] for r in rows)} of {sum(r['pre_answered'] for r in rows)}",
-                  "right after": f"{sum(r['post_right'] for r in rows)} of {sum(r['post_answered'] for r in rows)}"}
+                  "your predictions": f"{sum(r['pre_right'] + r['post_right'] for r in rows)} of "
+                                      f"{sum(r['pre_answered'] + r['post_answered'] for r in rows)}"}
                  for lesson, rows in sorted(lessons.items()))
 
 
 def summary(lesson_id: str, manifest=None, notes: list[dict] | None = None) -> None:
-    """The lesson's "what you learned" cell: this kernel's table per concept, saved to the learner's file,
-    and, when that file holds other lessons too, one row per lesson."""
+    """The lesson's "what you learned" cell: per concept, the concept inventory before and after (once the after
+    form is complete) and this kernel's predictions, saved to the learner's file; and, when that file holds other
+    lessons too, one row per lesson."""
     from ..room import manifest as course
+    from . import inventory, inventory_score
 
     lesson = (manifest or course.load()).lesson(lesson_id)
     if lesson is None:
         print(f"{lesson_id} is not a lesson of the course's manifest: nothing to summarise.")
         return
     rows = scores(lesson, _notes if notes is None else notes)
-    if not answered(rows):
-        print("No predictions written in this kernel (each was left as ...): nothing to compare before and after. "
-              "Write yours in the `predicted = ...` cells and run them again.")
+    if inventory.complete("post"):
+        measured = inventory_score.learner(inventory.responses())
+        print(f"What you learned in {lesson_id}: the concept inventory before lesson 01 and after lesson 07 (first "
+              "answers), and your predictions here (first answers, for reflection: the inventory is the measure):")
+    else:
+        measured = None
+        before = inventory.answered("pre")
+        print(f"What you learned in {lesson_id}: the concept inventory measures it, "
+              + (f"before lesson 01 ({before} items answered) and after lesson 07 (inventory_after.ipynb): "
+                 "its table per concept comes once you have answered it after." if before else
+                 "before lesson 01 (inventory_before.ipynb) and after lesson 07: you have not taken it before.")
+              + " Your predictions here, first answers, for reflection:")
+    if not answered(rows) and measured is None:
+        print("No predictions written in this kernel (each was left as ...). Write yours in the `predicted = ...` "
+              "cells and run them again.")
         return
-    print(f"What you learned in {lesson_id}, from this kernel's predictions (first answer of each prompt):")
-    _show(table(rows))
-    save(lesson_id, rows)
+    _show(table(rows, measured))
+    if answered(rows):
+        save(lesson_id, rows)
     others = history()
     if len(others) > 1:
-        print(f"Across lessons (from {path()}, yours alone):")
+        print(f"Your predictions across lessons (from {path()}, yours alone):")
         _show(across(others))
 
 
