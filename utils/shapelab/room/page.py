@@ -215,6 +215,7 @@ function renderInventory(inv) {
   items.hidden = !inv || !inv.items.length; itemRows.replaceChildren();
   if (!inv) return;
   const answered = inv.concepts.filter(c => c.n), empty = inv.concepts.filter(c => !c.n);
+  box.querySelector("table").hidden = !answered.length;  // no header over no rows
   for (const c of answered) {
     const low = c.g !== null && c.g < 0.3;
     const tr = el("tr", low ? "low" : ""); tr.dataset.concept = c.concept;
