@@ -25,7 +25,7 @@ import yaml
 
 import shapelab as S
 from chromium import browser  # noqa: F401 (the fixture the page is read with)
-from shapelab.room import client, store
+from shapelab.room import client, learning, store
 from shapelab.room.hub import LANDING, Room, configure
 from shapelab.room.service import FIELDS, MAX_BODY, validate
 
@@ -144,6 +144,9 @@ def test_client_says_once_that_the_room_limits_it_and_goes_on(monkeypatch):
 
 
 def _good(kind: str) -> dict:
+    if kind == "inventory":
+        item = learning.course_bank().items("B")[0]
+        return {"id": uuid.uuid4().hex, "form": "B", "item": item.id, "phase": "post", "choice": "e"}
     return _reveal() if kind == "reveal" else _check()
 
 
@@ -151,8 +154,8 @@ def _good(kind: str) -> dict:
 def test_validate_accepts_records_and_rejects_everything_else(kind):
     import json
 
-    good = _good(kind)
-    assert validate(kind, json.dumps(good).encode(), _manifest()) == good
+    good, bank = _good(kind), learning.course_bank()
+    assert validate(kind, json.dumps(good).encode(), _manifest(), bank) == good
     bad = [b"", b"nul", b"\xff\xfe", b"[]", b'"text"', json.dumps({**good, "user": "bob"}).encode(),
            json.dumps({k: v for k, v in good.items() if k != "id"}).encode(),
            json.dumps({**good, "id": "X" * 32}).encode(), b"{" + b" " * MAX_BODY + b"}"]
@@ -164,9 +167,13 @@ def test_validate_accepts_records_and_rejects_everything_else(kind):
     if kind == "reveal":  # left unanswered is predicted and agreed null, both or neither
         assert validate(kind, json.dumps(good | {"predicted": None, "agreed": None}).encode(), _manifest())
         bad += [json.dumps(good | {"predicted": None}).encode(), json.dumps(good | {"agreed": None}).encode()]
+    if kind == "inventory":  # null: the key was shown; the item must be the form's, named exactly
+        assert validate(kind, json.dumps(good | {"choice": None}).encode(), _manifest(), bank)
+        bad += [json.dumps(good | change).encode() for change in ({"form": "A"}, {"item": good["item"].lower()},
+                                                                  {"phase": "after"}, {"choice": "A"})]
     for body in bad:
         with pytest.raises(ValueError):
-            validate(kind, body, _manifest())
+            validate(kind, body, _manifest(), bank)
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +245,8 @@ def test_store_migrates_an_old_database_and_keeps_its_records(db_url):
         assert conn.execute(sa.select(store.schema_version.c.version)).scalar() == store.VERSION
         if s.engine.dialect.name == "sqlite":
             assert conn.execute(sa.text("PRAGMA journal_mode")).scalar() == "wal"
-    assert [(r["id"], r["answered"], r["round"]) for r in s.records("reveal")] == [(record["id"], True, 1)]  # v3, v4
+    assert [(r["id"], r["answered"], r["round"], r["instructor_run"]) for r in s.records("reveal")] == \
+        [(record["id"], True, 1, False)]  # v3, v4, v5
     assert store.migrate(s.engine) == store.VERSION  # a second start changes nothing
     with s.engine.begin() as conn:
         conn.execute(store.schema_version.update().values(version=store.VERSION + 1))
@@ -263,7 +271,9 @@ def test_store_counts_the_room(db_url):
     assert room["learners"]["n"] == 4 and room["learners"]["basis"] == "on the roster"
     prompt = next(x for x in room["lessons"] if x["id"] == lesson.id)["prompts"][0]
     assert prompt["question"] == lesson.prompts[0].question and prompt["line"] == lesson.prompts[0].line
-    assert sorted(prompt["predictions"]) == [["2", 1], ["3", 1]] and prompt["measured"] == [["3", 3]] and prompt["majority"] == "3"
+    # right by alice's own kernel (no instructor ran it yet); her change after the run is not counted
+    assert sorted(prompt["predictions"]) == [["2", 1, 0], ["3", 1, 1]] and prompt["measured"] == [["3", 3]]
+    assert prompt["reference"] is None and prompt["right"] == 1
     assert (prompt["answered"], prompt["unanswered"], prompt["not_reached"]) == (2, 1, 1)
     assert room["follow"] == {"lesson": lesson.id, "index": 0}
     lab = room["labs"][0]
@@ -272,7 +282,7 @@ def test_store_counts_the_room(db_url):
     assert all(e["not_started"] == 4 for lab in room["labs"][1:] for e in lab["exercises"])  # listed, not started
     lines = s.export_csv().splitlines()
     assert lines[0].startswith("kind,user,time") and len(lines) == 1 + 4 + 2
-    assert s.remove("bob", by="teach") == {"reveals": 1, "checks": 1}
+    assert s.remove("bob", by="teach") == {"reveals": 1, "checks": 1, "inventory": 0}
     s.engine.dispose()
     again = store.Store(db_url)  # a restarted service reads what was acknowledged, and what was removed
     assert {r["user"] for r in again.records("reveal")} == {"alice", "carol"} and len(again.records("reveal")) == 3
@@ -294,6 +304,8 @@ def test_store_ddl_for_postgresql():
     assert "CREATE INDEX reveals_by_prompt ON reveals (lesson, prompt)" in text
     assert "ALTER TABLE reveals ADD COLUMN answered BOOLEAN NOT NULL DEFAULT TRUE" in text and "CREATE TABLE removals" in text
     assert 'ALTER TABLE reveals ADD COLUMN "round" INTEGER NOT NULL DEFAULT 1' in text and "CREATE TABLE rounds" in text
+    assert "CREATE TABLE inventory" in text and "choice VARCHAR(8)," in text and "CREATE TABLE forms" in text
+    assert "ALTER TABLE reveals ADD COLUMN instructor_run BOOLEAN NOT NULL DEFAULT FALSE" in text
 
 
 def test_hub_configuration():
@@ -588,18 +600,6 @@ def test_the_rate_limit_refills_at_its_rate():
     assert [limit.take("a", now=100.0) for _ in range(4)] == [0.0, 0.0, 0.0, 1.0]  # refilled to the burst, no more
 
 
-def test_attack_one_forged_measurement_does_not_decide_the_page(room):
-    """Three kernels measured 3; mallory sends "measured: 7" a hundred times: the page says 3, and shows the 7
-    as one kernel's disagreement."""
-    for user in ("alice", "bob", "carol"):
-        room.post("reveal", user, _reveal(predicted="2", measured="3", agreed=False))
-    for _ in range(5):
-        room.post("reveal", "mallory", _reveal(predicted="7", measured="7", agreed=True))
-    prompt = room.room()["lessons"][0]["prompts"][0]
-    assert prompt["majority"] == "3"
-    assert prompt["measured"] == [["3", 3], ["7", 1]]
-
-
 def test_attack_csv_export_neutralises_formulas(room):
     import csv
 
@@ -624,7 +624,7 @@ def test_attack_the_instructor_removes_a_learners_records(tmp_path, fake_hub):
         room.post("check", "mallory", _check())
         assert room.request("POST", "/api/remove/alice", "mallory")[0] == 403
         status, answer, _ = room.request("POST", "/api/remove/mallory", "teach")
-        assert status == 200 and answer["removed"] == {"reveals": 3, "checks": 1}, answer
+        assert status == 200 and answer["removed"] == {"reveals": 3, "checks": 1, "inventory": 0}, answer
     finally:
         room.close()
     again = Service(db, ["alice", "mallory"])
@@ -641,7 +641,8 @@ def test_the_page_an_instructor_teaches_from(tmp_path, fake_hub, browser):
     """A simulated room of five on the roster (and mallory, who is not) on lesson 03, read in Chromium at
     1280 x 800: the framed prompt follows the room, by its question, with n of N, unanswered apart from not
     reached; a pinned prompt stays framed across a reload until "follow the room"; long values open in full;
-    every lab's exercises are listed before anyone checks; the instructor removes mallory's records."""
+    every lab's exercises are listed before anyone checks; right is judged by the instructor's own run, mallory's
+    kernel shown measuring otherwise; the instructor removes mallory's records."""
     lesson = _manifest().lesson("03_recompile_limit")
     lab = _manifest().lab("03_recompile_limit")
     room = Service(f"sqlite:///{tmp_path / 'room.sqlite'}", ["alice", "bob", "carol", "dave", "erin"])
@@ -653,6 +654,7 @@ def test_the_page_an_instructor_teaches_from(tmp_path, fake_hub, browser):
         measured = "False" if user == "mallory" else ("True" if index == 2 else "[1, 2, 3]")
         assert room.post("reveal", user, _reveal(lesson.id, index, predicted=predicted, measured=measured,
                                                  agreed=None if predicted is None else predicted == measured))[0] == 201
+    room.post("reveal", "teach", _reveal(lesson.id, 2, predicted=None, measured="True", agreed=None))  # the reference
     room.post("check", "alice", _check(2, 1) | {"lab": lab.label, "exercise": lab.exercises[1]})
     room.post("check", "bob", _check(2, 0) | {"lab": lab.label, "exercise": lab.exercises[0], "passed": False})
     context = browser.new_context(viewport={"width": 1280, "height": 800},
@@ -671,8 +673,9 @@ def test_the_page_an_instructor_teaches_from(tmp_path, fake_hub, browser):
         assert "following the room" in framed.inner_text()
         counts = framed.locator(".counts").inner_text()
         assert counts == "3 of 6 answered · 1 left unanswered · 2 not reached", counts
-        assert "measured: True (3 kernels), False (1 kernel)" in framed.locator(".measured").inner_text()
-        assert framed.locator(".bar.right .label").inner_text() == "True"
+        assert "measured: True (3 kernels), False (1 kernel) · the instructor's run: True · 2 right · 1 kernel " \
+               "measured otherwise" in framed.locator(".measured").inner_text()
+        assert framed.locator(".bar.right .label").inner_text() == "True"  # mallory's "as predicted" False is not
         assert "N = 6 learners: the test's roster, and anyone with a record" in page.inner_text("body")
         for label in (lab.label, _manifest().labs[0].label):  # lab 01: nobody checked, every exercise listed
             rows = page.locator(f'details.lab[data-lab="{label}"] tr[data-exercise]')
@@ -733,43 +736,18 @@ def _course(tmp_path, asks: list[tuple]) -> "manifest.Manifest":
     return manifest.Manifest(manifest.build(tmp_path))
 
 
-def test_a_concepts_gain_before_and_after(tmp_path):
-    """Prompts tagged concept:sizes and their post question: right before and after over the learners who
-    answered both, g = (post - pre) / (1 - pre); who answered only one side is counted apart."""
-    m = _course(tmp_path, [("Predict first", "How many?", "sizes", 2, {}), ("Predict first", "And now?", "sizes", 3, {}),
-                           ("Post question", "A new case?", "sizes", 4, {})])
-    assert [(p.concept, p.phase) for p in m.lessons[0].prompts] == [("sizes", "pre"), ("sizes", "pre"), ("sizes", "post")]
-    s = store.Store(f"sqlite:///{tmp_path / 'room.sqlite'}")
-    answers = {"ann": (True, True, True), "ben": (False, True, True), "cat": (False, False, False),
-               "dan": (False, None, None), "eve": (None, None, True)}  # dan answers only before, eve only after
-    for user, rights in answers.items():
-        for index, right in enumerate(rights):
-            if right is not None:
-                measured = str(2 + index)
-                s.add("reveal", user, {"id": uuid.uuid4().hex, "lesson": "01_x", "prompt": m.lessons[0].prompts[index].line,
-                                       "predicted": measured if right else "9", "measured": measured, "agreed": right})
-    room = s.room(m, [], "")
-    assert room["lessons"][0]["prompts"][0]["wrong"] == [["9", 3, ""]]  # no wording in the lesson: the answer, its count
-    tie = {"a": {"answered": True, "agreed": True, "predicted": "1", "measured": "1"},
-           "b": {"answered": True, "agreed": True, "predicted": "2", "measured": "2"}}
-    assert store.learning.wrong_predictions(m.lessons[0].prompts[0], tie) == []  # kernels disagree: nobody is wrong
-    (concept,) = room["concepts"]
-    assert concept["n"] == 3 and concept["pre"] == 3 / 6 and concept["post"] == 2 / 3
-    assert concept["g"] == pytest.approx((2 / 3 - 1 / 2) / (1 - 1 / 2)) and (concept["only_pre"], concept["only_post"]) == (1, 1)
-    s.engine.dispose()
-
-
-# A simulated room of 30 on one lesson with two concepts (prompts 0-1 pre-test "sizes", 2 is its post question;
-# 3 pre-tests "marks", 4 is its post question). Per learner, per prompt: "R" right, a wrong answer's text, None
-# left unanswered, "-" not sent; a tuple is a changed answer (sent in that order, the first answer counts).
+# A simulated room of 30 on one lesson with two concepts (prompts 0-1 ask about "sizes", 2 is its post question;
+# 3 asks about "marks", 4 is its post question). Per learner, per prompt: "R" right, a wrong answer's text, None
+# left unanswered, "-" not sent; a tuple is a changed answer (sent in that order: the first answer counts; a blank
+# run then an answer: "after seeing"). The instructor ran every prompt first: right is what their kernel measured.
 VALUES = ["2", "3", "4", "5", "6"]  # what each prompt's kernels measure
 CONCEPTS = {"sizes": ([0, 1], [2]), "marks": ([3], [4])}
 IDEA = "expects the first graph to be dynamic already; the default specialises the first size"
 GROUPS = [("r", 8, ["R", "R", "R", "R", "R"]),           # right throughout
-          ("l", 6, ["1", "9", "R", "9", "R"]),           # wrong before, right after: learned
+          ("l", 6, ["1", "9", "R", "9", "R"]),           # wrong before, right after
           ("w", 4, ["1", "9", "9", "9", "9"]),           # wrong throughout (w4 forges its measurement on prompt 0)
-          ("b", 3, [None, None, "R", None, "R"]),        # left every prompt blank: after only
-          ("c", 3, [("9", "R"), "R", "9", ("R", "9"), "R"]),  # changed their answers
+          ("b", 3, [None, None, "R", None, "R"]),        # left every prompt blank
+          ("c", 3, [(None, "R"), "R", "9", ("R", "9"), "R"]),  # a blank run then the answer; a changed answer
           ("late", 2, ["R", "R", "R", "R", "R"]),        # joined 15 minutes late
           ("p", 1, ["-", "-", "R", "-", "9"]),           # answered only the post questions
           ("q", 1, ["1", "-", "-", "-", "-"]),           # one answer, then quiet
@@ -779,7 +757,8 @@ WEEK = 7 * 24 * 3600
 
 
 def _simulate(m, s, later: float = T0 + WEEK):
-    """Store the room's answers with their times; returns {user: [latest answer per prompt]} and the round-2 voters."""
+    """Store the room's answers with their times (the instructor's runs first); returns {user: answers per
+    prompt} and the round-2 voters."""
     prompts = m.lessons[0].prompts
     table = {}
     for group, count, answers in GROUPS:
@@ -795,6 +774,8 @@ def _simulate(m, s, later: float = T0 + WEEK):
                                "predicted": predicted, "measured": measured,
                                "agreed": None if predicted is None else predicted == measured}, at=at)
 
+    for index in range(len(VALUES)):
+        send("teach", index, None, T0 - 60 + index)
     for i, (user, answers) in enumerate(table.items()):
         start = T0 + (15 * 60 if user.startswith("late") else 0)
         for index, answer in enumerate(answers):
@@ -816,27 +797,25 @@ def _simulate(m, s, later: float = T0 + WEEK):
 
 
 def _expected(table: dict) -> dict:
-    """The report's numbers from the simulated answers alone (not the store's code)."""
-    def last(a):  # the answer that counts: the first one a learner wrote
+    """The report's numbers from the simulated answers alone (not the store's code): per prompt, the first votes
+    (answers before seeing), those after seeing, and the right ones; the wrong answers to prompt 0; who is stuck."""
+    def first(a):
         return a[0] if isinstance(a, tuple) else a
 
-    answered = {u: [last(a) not in (None, "-") for a in answers] for u, answers in table.items()}
-    right = {u: [last(a) == "R" and not (u == "w4" and i == 0) for i, a in enumerate(answers)]
+    def after(a):  # a blank run, then an answer
+        return isinstance(a, tuple) and a[0] is None and a[1] is not None
+
+    right = {u: [first(a) == "R" and not (u == "w4" and i == 0) for i, a in enumerate(answers)]
              for u, answers in table.items()}
-    out = {}
-    for concept, (pre, post) in CONCEPTS.items():
-        has = {side: {u for u in table if any(answered[u][i] for i in idx)} for side, idx in (("pre", pre), ("post", post))}
-        both = has["pre"] & has["post"]
-        share = {side: sum(right[u][i] for u in both for i in idx) / sum(answered[u][i] for u in both for i in idx)
-                 for side, idx in (("pre", pre), ("post", post))}
-        out[concept] = {"pre": share["pre"], "post": share["post"], "n": len(both),
-                        "g": (share["post"] - share["pre"]) / (1 - share["pre"]),
-                        "only_pre": len(has["pre"] - both), "only_post": len(has["post"] - both)}
-    wrong0 = Counter(last(a[0]) for u, a in table.items() if answered[u][0] and not right[u][0] and u != "w4")
-    wrong0["7"] = 1  # the forged kernel: its "as predicted" measured what no other kernel did
-    stuck = {u: [f"01 {c}" for c, (_, post) in CONCEPTS.items() if any(answered[u][i] and not right[u][i] for i in post)]
-             for u in table}
-    return {"concepts": out, "wrong0": wrong0.most_common(3), "stuck": {u: c for u, c in stuck.items() if c}}
+    prompts = [{"answered": sum(first(a[i]) not in (None, "-") for a in table.values()),
+                "after_seeing": sum(after(a[i]) for a in table.values()),
+                "right": sum(right[u][i] for u in table)} for i in range(len(VALUES))]
+    wrong0 = Counter(first(a[0]) for u, a in table.items() if first(a[0]) not in (None, "-") and not right[u][0]
+                     and u != "w4")
+    wrong0["7"] = 1  # the forged kernel predicted 7: wrong by the instructor's run
+    stuck = {u: [f"01 {c}" for c, (_, post) in CONCEPTS.items()
+                 if any(first(table[u][i]) not in (None, "-") and not right[u][i] for i in post)] for u in table}
+    return {"prompts": prompts, "wrong0": wrong0.most_common(3), "stuck": {u: c for u, c in stuck.items() if c}}
 
 
 def _room_course(tmp_path):
@@ -848,50 +827,45 @@ def _room_course(tmp_path):
 
 
 def test_a_simulated_room_of_30_gives_the_reports_numbers(tmp_path):
-    """30 learners (right, wrong, blank, changed, late, after only, quiet, a forged kernel) and a second vote,
-    then a second session a week later: the page's and the report's numbers are the ones computed from the
-    simulated answers; round 2 does not change g; each session's g is its own."""
+    """30 learners (right, wrong, blank, a blank run then an answer, changed, late, after only, quiet, a forged
+    kernel), the instructor's own runs and a second vote, then a second session a week later: the page's and the
+    report's votes per prompt, wrong predictions and stuck learners are the ones computed from the simulated
+    answers; the second vote is its own column; each session is its own."""
     from shapelab.room import report
 
     m = _room_course(tmp_path)
-    s = store.Store(f"sqlite:///{tmp_path / 'room.sqlite'}")
+    s = store.Store(f"sqlite:///{tmp_path / 'room.sqlite'}", ["teach"])
     table, voters = _simulate(m, s)
     want = _expected(table)
-    # the room tells the rule apart from its misreadings: g over everyone who answered a side, the first answer
-    # instead of the first, a forged "as predicted" counted right; each gives other numbers than the rule
+    # the rule tells itself apart from its misreadings: the last answer, or an answer after seeing, counted
     lasts = {u: [a[-1] if isinstance(a, tuple) else a for a in answers] for u, answers in table.items()}
-    assert _expected(lasts)["concepts"] != want["concepts"]
-    sent = [(u, a[i][0] if isinstance(a[i], tuple) else a[i]) for u, a in table.items() for i in (0, 1)]
-    everyone_pre = sum(x == "R" and u != "w4" for u, x in sent) / sum(x not in (None, "-") for _, x in sent)
-    assert everyone_pre != pytest.approx(want["concepts"]["sizes"]["pre"])
-    assert want["concepts"]["sizes"]["pre"] != pytest.approx(_expected(table | {"w4": ["R"] * 5})["concepts"]["sizes"]["pre"])
-    summary = report.sessions(m, s.records("reveal"))
+    assert _expected(lasts)["prompts"] != want["prompts"]
+    summary = report.sessions(m, s)
     first, second = summary.values()
-    got = {c["concept"]: c for c in first["concepts"]}
-    for concept, numbers in want["concepts"].items():
-        for key, value in numbers.items():
-            assert got[concept][key] == pytest.approx(value), (concept, key)
-    assert {c["concept"]: c["g"] for c in second["concepts"]} == {"sizes": pytest.approx(0.75), "marks": None}
-    wrong = {p.line: w for _, p, w in first["wrong"]}
+    got = [{k: p[k] for k in ("answered", "after_seeing", "right")} for p in first["lessons"][0]["prompts"]]
+    assert got == want["prompts"]
+    assert first["lessons"][0]["prompts"][3]["second"]["right"] == len(voters)
+    assert [p["reference"] for p in first["lessons"][0]["prompts"]] == VALUES  # the instructor's runs
+    assert first["lessons"][0]["prompts"][0]["differ"] == 1  # the forged kernel, shown
+    assert [p["right"] for p in second["lessons"][0]["prompts"][:3]] == [0, 0, 15]
+    wrong = {p["line"]: w for _, p, w in first["wrong"]}
     assert wrong[m.lessons[0].prompts[0].line] == [[a, n, IDEA if a == "1" else ""] for a, n in want["wrong0"]]
     stuck = {x["user"]: x for x in first["stuck"]}
     assert {u: x["wrong_after"] for u, x in stuck.items() if x["wrong_after"]} == want["stuck"]
     assert [u for u, x in stuck.items() if x["idle_min"] is not None] == ["q1"]  # quiet since its first answer
-    rows = list(csv.DictReader(io.StringIO(report.to_csv(summary))))
-    assert [(r["session"], r["concept"]) for r in rows] == [(d, c) for d in summary for c in CONCEPTS]  # a concept nobody answered: a row, g blank
-    assert float(rows[0]["g"]) == pytest.approx(want["concepts"]["sizes"]["g"], abs=1e-4)
+    assert "teach" not in stuck and first["learners"] == 30
 
     # the live page: the latest session; on the first session's day, the second vote beside the first
     assert s.room(m, [], "")["session"] == list(summary)[1]
     s.engine.dispose()
     with sa.create_engine(f"sqlite:///{tmp_path / 'room.sqlite'}").begin() as conn:  # drop the later session
         conn.execute(store.reveals.delete().where(store.reveals.c.at > T0 + WEEK / 2))
-    s = store.Store(f"sqlite:///{tmp_path / 'room.sqlite'}")
+    s = store.Store(f"sqlite:///{tmp_path / 'room.sqlite'}", ["teach"])
     page = s.room(m, list(table), "the roster", now=T0 + 25 * 60)
-    assert {c["concept"]: c["g"] for c in page["concepts"]} == {c: pytest.approx(v["g"]) for c, v in want["concepts"].items()}
+    assert [{k: p[k] for k in ("answered", "after_seeing", "right")} for p in page["lessons"][0]["prompts"]] == want["prompts"]
     marks = page["lessons"][0]["prompts"][3]
-    assert marks["second"]["answered"] == len(voters) and marks["second"]["predictions"] == [[VALUES[3], len(voters)]]
-    assert marks["answered"] == sum(1 for a in table.values() if a[3] not in (None, "-"))  # round 1 as it was
+    assert marks["second"]["answered"] == len(voters) and marks["second"]["predictions"] == [[VALUES[3], len(voters), len(voters)]]
+    assert marks["answered"] == want["prompts"][3]["answered"]  # round 1 as it was
     assert page["lessons"][0]["prompts"][2]["second"] is None
     quiet_since = T0 + list(table).index("q1")  # its one record
     assert {x["user"]: x["idle_min"] for x in page["stuck"] if x["idle_min"] is not None} == \
@@ -908,7 +882,7 @@ def test_the_report_and_the_rounds_are_the_instructors_alone(tmp_path, fake_hub)
 
     m = _room_course(tmp_path)
     db = f"sqlite:///{tmp_path / 'room.sqlite'}"
-    s = store.Store(db)
+    s = store.Store(db, ["teach"])
     table, _ = _simulate(m, s)
     s.engine.dispose()
     room = Service(db, list(table), manifest=m)
@@ -944,17 +918,16 @@ def test_the_report_and_the_rounds_are_the_instructors_alone(tmp_path, fake_hub)
 
 def test_the_page_and_the_report_read_in_chromium(tmp_path, fake_hub, browser):
     """The room of 30 a week ago and a room of 20 today, read at 1280 x 800: the page shows today's session
-    (each concept's before, after, g and n; who is stuck where; a prompt's wrong answers with the lesson's idea),
-    opens a second vote on a prompt and shows both rounds side by side; the report shows the latest session and
-    g per concept in each session, as computed from the simulated answers."""
+    (each prompt's first vote right by the instructor's run; who is stuck where; a prompt's wrong answers with
+    the lesson's idea), opens a second vote on a prompt and shows both rounds side by side; the report shows the
+    latest session's first vote against the second, as computed from the simulated answers."""
     m = _room_course(tmp_path)
     db = f"sqlite:///{tmp_path / 'room.sqlite'}"
     now = time.time()
     midnight = time.mktime(time.localtime(now)[:3] + (0, 0, 0, 0, 0, -1))
-    s = store.Store(db)
-    table, _ = _simulate(m, s, later=max(midnight + 1, now - 700))  # today's 20, all of it before now
+    s = store.Store(db, ["teach"])
+    _simulate(m, s, later=max(midnight + 1, now - 700))  # today's 20, all of it before now
     s.engine.dispose()
-    want = _expected(table)
     room = Service(db, [f"x{i}" for i in range(20)], manifest=m)
     context = browser.new_context(viewport={"width": 1280, "height": 800},
                                   extra_http_headers={"Authorization": "token teach"})
@@ -963,13 +936,13 @@ def test_the_page_and_the_report_read_in_chromium(tmp_path, fake_hub, browser):
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
         page.goto(room.url + "/")
-        page.locator("#concepts tr[data-concept=sizes]").wait_for(timeout=10_000)
+        lessons = page.locator('details.lesson[data-lesson="01_x"] li')
+        lessons.nth(2).locator(".votes").wait_for(timeout=10_000)
         assert page.locator("#session").inner_text() == time.strftime("%Y-%m-%d", time.localtime(now))
-        cells = page.locator("#concepts tr[data-concept=sizes] td")
-        assert [cells.nth(i).inner_text() for i in range(2, 6)] == ["0%", "75%", "0.75", "20"]
+        assert [(lessons.nth(i).locator(".n").inner_text(), lessons.nth(i).locator(".votes").inner_text())
+                for i in (0, 2)] == [("20/20", "0✓"), ("20/20", "15✓")]  # right by the instructor's run a week ago
         assert [page.locator("#stuck tbody tr").nth(i).get_attribute("data-user") for i in range(5)] == \
             [f"x{i}" for i in range(15, 20)]
-        lessons = page.locator('details.lesson[data-lesson="01_x"] li')
         lessons.nth(0).locator("button.pin").click()
         wrong = page.locator("#framed .wrong li")
         assert wrong.count() == 1 and wrong.nth(0).inner_text() == f"1 (20) · {IDEA}"
@@ -985,18 +958,13 @@ def test_the_page_and_the_report_read_in_chromium(tmp_path, fake_hub, browser):
         counts = page.locator("#framed .rounds .counts")
         assert counts.nth(0).inner_text() == "0 of 20 answered · 0 left unanswered · 20 not reached"
         assert counts.nth(1).inner_text() == "5 of 20 answered · 0 left unanswered · 15 not reached"
-        page.screenshot(path=str(SCREENSHOTS / "room_page_concepts.png"), full_page=True)
+        page.screenshot(path=str(SCREENSHOTS / "room_page_votes.png"), full_page=True)
 
         page.goto(room.url + "/report.html")
-        rows = page.locator("#concepts tr[data-concept]")
-        assert [rows.nth(i).get_attribute("data-concept") for i in range(rows.count())] == ["sizes", "marks"]
-        across = page.locator("#sessions tr").nth(1).locator("td")
-        assert across.nth(0).inner_text() == "01 sizes"
-        assert across.nth(1).inner_text() == f"{want['concepts']['sizes']['g']:.2f} (n {want['concepts']['sizes']['n']})"
-        assert across.nth(2).inner_text() == "0.75 (n 20)"
-        assert page.locator("#bars rect:not(.track)").count() == 4 and page.locator("#across circle").count() == 3
-        box = page.locator("#across").bounding_box()
-        assert box["x"] + box["width"] <= 1280  # the plot fits the window
+        row = page.locator(f"#votes tr[data-prompt='{m.lessons[0].prompts[3].line}'] td")
+        assert [row.nth(i).inner_text() for i in (2, 3, 4, 5)] == ["0 of 0", "5 of 5", "0", "the instructor’s run: 5"]
+        row = page.locator(f"#votes tr[data-prompt='{m.lessons[0].prompts[2].line}'] td")
+        assert [row.nth(i).inner_text() for i in (2, 3)] == ["15 of 20", "–"]
         page.screenshot(path=str(SCREENSHOTS / "room_report.png"), full_page=True)
         assert errors == []
     finally:

@@ -2,8 +2,10 @@
 before and after, each room's g computed as the page computes it, the spread printed (INSTRUCTOR.md, "Reading
 the gain").
 
-The model: each learner answers ``pre`` prompts and ``post`` post questions of a concept, each right with the
-true probability, independently (a room's learners differ more than that, which only widens the spread).
+The model: each learner answers ``pre`` items of a concept on the concept inventory before and ``post`` after
+(one a concept on each form, the course's inventory; more for some core ideas), each right with the true
+probability, independently (a room's learners differ more than that, which only widens the spread). The page's
+bootstrap interval says the same for the room at hand; this table says it before a room is run.
 
     python -m shapelab.room.noise            # the table INSTRUCTOR.md quotes (seeded: the same numbers each run)
 """
@@ -17,7 +19,7 @@ SHARES = [(0.3, 0.5), (0.3, 0.65), (0.5, 0.65), (0.5, 0.8), (0.6, 0.9)]  # (befo
 ROOMS = 20_000
 
 
-def spread(n: int, before: float, after: float, pre: int = 2, post: int = 1, seed: int = 0) -> dict:
+def spread(n: int, before: float, after: float, pre: int = 1, post: int = 1, seed: int = 0) -> dict:
     """g's true value, its median, 5th and 95th percentiles over ``ROOMS`` simulated rooms, and how often a room
     of g at least 0.3 is flagged (g below 0.3) by chance; rooms whose share before is 1 (g undefined) left out."""
     g = rooms_g(n, before, after, pre, post, seed)
@@ -36,7 +38,7 @@ def rooms_g(n: int, before: float, after: float, pre: int, post: int, seed: int)
     return (right_after[defined] - right_before[defined]) / (1 - right_before[defined])
 
 
-def two_sessions(n: int, pre: int = 2, post: int = 1) -> tuple[float, float]:
+def two_sessions(n: int, pre: int = 1, post: int = 1) -> tuple[float, float]:
     """Two sessions of the same section at the same true g (30 % -> 65 %, g 0.50): the 90 % range of the second
     session's g minus the first's, what a rewrite must beat to show."""
     k = min(len(rooms_g(n, 0.3, 0.65, pre, post, 1)), len(rooms_g(n, 0.3, 0.65, pre, post, 2)))
@@ -48,10 +50,10 @@ def two_sessions(n: int, pre: int = 2, post: int = 1) -> tuple[float, float]:
 def main(argv=None) -> int:
     """Command line: print the spread of g for rooms of 20 and 40, and between two sessions."""
     parser = argparse.ArgumentParser(prog="python -m shapelab.room.noise", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pre", type=int, default=2, help="prompts per concept each learner answers (default 2)")
-    parser.add_argument("--post", type=int, default=1, help="post questions per concept (default 1)")
+    parser.add_argument("--pre", type=int, default=1, help="items a concept each learner answers before (default 1)")
+    parser.add_argument("--post", type=int, default=1, help="items a concept each learner answers after (default 1)")
     args = parser.parse_args(argv)
-    print(f"{ROOMS} simulated rooms each; {args.pre} prompts and {args.post} post question per learner and concept")
+    print(f"{ROOMS} simulated rooms each; {args.pre} inventory item(s) before and {args.post} after per learner and concept")
     print(f"{'n':>3} {'before':>6} {'after':>5} {'true g':>6}   {'5%':>5} {'median':>6} {'95%':>5}   flagged (g < 0.3)")
     for n in (20, 40):
         for before, after in SHARES:

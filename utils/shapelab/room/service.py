@@ -5,11 +5,14 @@ It has no passwords of its own. A kernel posts with its server's ``JUPYTERHUB_AP
 comes with the hub's OAuth cookie; either way the hub names the user, so a learner can only write
 as themself. The instructor (the hub's admin, named in ``SHAPELAB_ROOM_INSTRUCTORS``) sees the room and
 the session report (``report.html``, ``report.csv``) and opens a second vote on a prompt (``api/round``);
-a learner sees only their own records, and only the instructor can remove a learner's records.
+their own kernel's reveals are the prompts' reference (``learning``); a learner sees only their own records,
+and only the instructor can remove a learner's records.
 
 A record is taken only when it names a lesson's prompt or a lab's exercise of the course's manifest
-(``manifest``), and at most at a per-learner rate (a token bucket: a burst larger than two Run All of
-the biggest notebook, then ``PER_MINUTE``); anything else is a 400 (or 429) with a one-line reason.
+(``manifest``), or an item of the course's concept inventory (``labkit.inventory``) on its form, and at most at
+a per-learner rate (a token bucket: a burst larger than two Run All of the biggest notebook or inventory form,
+then ``PER_MINUTE``); anything else is a 400 (or 429) with a one-line reason. ``api/form`` tells a learner's
+kernel which inventory form to take first (the store assigns it once, counterbalanced).
 
     SHAPELAB_ROOM_DB=sqlite:////srv/shapelab/room.sqlite python -m shapelab.room.service   (the hub starts it)
 """
@@ -27,6 +30,7 @@ from urllib.parse import urlparse
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from tornado import httpclient, ioloop, web
 
+from . import learning
 from . import manifest as course
 from . import report
 from .page import PAGE
@@ -44,10 +48,13 @@ FIELDS = {
     "reveal": {"id": (str,), "lesson": (str,), "prompt": (str,), "predicted": (str, type(None)), "measured": (str,),
                "agreed": (bool, type(None))},
     "check": {"id": (str,), "lab": (str,), "exercise": (str,), "passed": (bool,), "attempt": (int,)},
+    # choice null: the kernel showed the learner this item's key (answers to it after that are "after seeing")
+    "inventory": {"id": (str,), "form": (str,), "item": (str,), "phase": (str,), "choice": (str, type(None))},
 }
+CHOICES = ("a", "b", "c", "d", "e")  # four options and "I don't know"
 
 
-def validate(kind: str, body: bytes, manifest: course.Manifest) -> dict:
+def validate(kind: str, body: bytes, manifest: course.Manifest, bank=None) -> dict:
     """The record in ``body``, or ValueError saying in one line what is wrong with it."""
     if len(body) > MAX_BODY:
         raise ValueError(f"payload of {len(body)} bytes; at most {MAX_BODY}")
@@ -81,6 +88,16 @@ def validate(kind: str, body: bytes, manifest: course.Manifest) -> dict:
             raise ValueError(f"no lesson {record['lesson']!r} in the course")
         if manifest.prompt(record["lesson"], record["prompt"]) is None:
             raise ValueError(f"no prompt {record['prompt']!r} in lesson {record['lesson']}")
+    elif kind == "inventory":
+        item = bank.item(record["item"]) if bank is not None else None
+        if item is None:
+            raise ValueError(f"no item {record['item']!r} in the course's concept inventory")
+        if record["form"] != item.form:
+            raise ValueError(f"item {item.id} is on form {item.form}, not {record['form']!r}")
+        if record["phase"] not in ("pre", "post"):
+            raise ValueError("phase must be pre or post")
+        if record["choice"] is not None and record["choice"] not in CHOICES:
+            raise ValueError(f"choice must be one of {', '.join(CHOICES)} (or null: the key was shown)")
     else:
         if not 1 <= record["attempt"] <= 10**6:
             raise ValueError("attempt must be a positive count")
@@ -141,7 +158,8 @@ class RoomHandler(HubOAuthenticated, web.RequestHandler):
 
     def records_of(self, name: str) -> dict:
         """Everything ``name`` sent, as the API answers it."""
-        return {"user": name, "reveals": self.store.records("reveal", name), "checks": self.store.records("check", name)}
+        return {"user": name, "reveals": self.store.records("reveal", name), "checks": self.store.records("check", name),
+                "inventory": self.store.records("inventory", name)}
 
     def write_error(self, status_code, **kwargs):
         reason = kwargs.get("exc_info", (None, None))[1]
@@ -161,7 +179,7 @@ class RecordHandler(RoomHandler):
             raise web.HTTPError(429, f"more than {limit.burst} records at once or {PER_MINUTE} a minute from one "
                                      f"learner; the next is taken in {math.ceil(wait)} s")
         try:
-            record = validate(kind, self.request.body, self.settings["manifest"])
+            record = validate(kind, self.request.body, self.settings["manifest"], self.settings["bank"])
         except ValueError as e:
             raise web.HTTPError(400, str(e)) from None
         stored = self.store.add(kind, user, record)  # committed before we answer
@@ -169,6 +187,17 @@ class RecordHandler(RoomHandler):
         # the round the store counted a reveal in: the kernel says so when it is the second vote
         self.finish({"stored": stored, "id": record["id"]} |
                     ({"round": self.store.round_of(record["id"])} if kind == "reveal" else {}))
+
+
+class FormHandler(RoomHandler):
+    def get(self):
+        """The inventory form this learner takes before the lessons, and the one after (the store assigns it at the
+        first ask and keeps it: half the room A then B, half B then A)."""
+        user = self.user()
+        if self.settings["bank"] is None:
+            raise web.HTTPError(404, "this course has no concept inventory")
+        first = self.store.assign_form(user)
+        self.finish({"user": user, "form": first, "pre": first, "post": "B" if first == "A" else "A"})
 
 
 class MineHandler(RoomHandler):
@@ -195,7 +224,8 @@ class RoomSummaryHandler(RoomHandler):
     async def get(self):
         self.instructor()
         names, basis = await self.settings["roster"].learners()
-        self.finish(self.store.room(self.settings["manifest"], names, basis))
+        self.finish(self.store.room(self.settings["manifest"], names, basis, instructors=self.settings["instructors"],
+                                    bank=self.settings["bank"]))
 
 
 class ExportHandler(RoomHandler):
@@ -210,7 +240,7 @@ class ReportHandler(RoomHandler):
     def get(self, kind):
         """The session report (``report``): the page the instructor keeps, or its CSV."""
         self.instructor()
-        summary = report.sessions(self.settings["manifest"], self.store.records("reveal"))
+        summary = report.sessions(self.settings["manifest"], self.store, self.settings["bank"])
         if kind == "csv":
             self.set_header("Content-Type", "text/csv; charset=utf-8")
             self.set_header("Content-Disposition", f'attachment; filename="room-report-{time.strftime("%Y%m%d")}.csv"')
@@ -289,13 +319,17 @@ class Roster:
 
 
 def make_app(db: str, instructors: list[str], prefix: str = "/services/room/", manifest: course.Manifest | None = None,
-             roster=None) -> web.Application:
-    """The service's tornado application over the store at ``db`` and the course's ``manifest``."""
-    store = Store(db)
+             roster=None, bank=None) -> web.Application:
+    """The service's tornado application over the store at ``db``, the course's ``manifest`` and its concept
+    inventory's item ``bank`` (by default ``labkit.inventory``, the course's)."""
+    store = Store(db, instructors)
     manifest = manifest or course.load()
+    bank = bank or learning.course_bank()
+    per_run = max(manifest.records_per_run(), max(len(bank.items(f)) for f in "AB") if bank else 0)
     return web.Application([
         (prefix + "oauth_callback", HubOAuthCallbackHandler),
-        (prefix + r"api/(reveal|check)", RecordHandler),
+        (prefix + r"api/(reveal|check|inventory)", RecordHandler),
+        (prefix + "api/form", FormHandler),
         (prefix + "api/mine", MineHandler),
         (prefix + r"api/records/([^/]+)", UserRecordsHandler),
         (prefix + r"api/remove/([^/]+)", RemoveHandler),
@@ -304,8 +338,8 @@ def make_app(db: str, instructors: list[str], prefix: str = "/services/room/", m
         (prefix + r"report\.(html|csv)", ReportHandler),
         (prefix + "api/round", RoundHandler),
         (prefix + "?", PageHandler),
-    ], store=store, manifest=manifest, instructors=set(instructors), roster=roster or Roster(instructors),
-        limit=RateLimit(burst=2 * manifest.records_per_run() + 10, per_minute=PER_MINUTE), page=PAGE,
+    ], store=store, manifest=manifest, bank=bank, instructors=set(instructors), roster=roster or Roster(instructors),
+        limit=RateLimit(burst=2 * per_run + 10, per_minute=PER_MINUTE), page=PAGE,
         cookie_secret=_cookie_secret())
 
 
