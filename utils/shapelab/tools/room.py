@@ -15,8 +15,10 @@ Learners' servers run a Python of their own beside ``--state`` (links to the cou
 a copy of the course holding only ``notebooks/``, ``labs/`` and the library: they never read the
 repository, which must therefore be closed to other users (``--check`` says how). The instructor
 (``--instructor``; no hub admin: the room's page and the hub's list of users, never a learner's server)
-lands on the room's page, ``room--service.DOMAIN``, and gets no server, home or OS user. Once the hub answers, Inductor's cache is warmed in the background (``tools.warmup``,
-only the lessons that fill it) and copied into every learner's own cache at their server's start.
+lands on the room's page, ``room--service.DOMAIN``, and gets no server, home or OS user. Once the hub
+answers, Inductor's cache is warmed in the background (``tools.warmup``, only the lessons that fill it)
+and copied into every learner's own cache at their server's start. A start finding a port still held
+(by a room stopped a moment ago) waits for it, up to ``PORT_WAIT`` seconds.
 Idle servers stop after ``--idle-timeout`` seconds. Ctrl-C stops the hub, its proxy and services,
 every learner's server and kernel, and writes the session report into ``<state>/report/``
 (``shapelab.room.report``).
@@ -316,6 +318,9 @@ def main(argv=None) -> int:
     mem, cpu, threads, line = sizing(count)
     print(line)
     missing = problems(args, proxy)
+    if missing and not args.check and all(" is in use: " in m for m in missing):
+        wait_for_ports(args)  # a room stopped a moment ago may still hold them
+        missing = problems(args, proxy)
     for m in missing:
         print(m)
     state = Path(args.state).resolve()
@@ -327,14 +332,12 @@ def main(argv=None) -> int:
     who = f"{len(learners)} learners from {args.roster}" if learners is not None else "anyone who signs up"
     where = ", ".join(f"{flag} {port}" for flag, (_, port) in ports(args).items())
     print(f"room: {who}; instructor {args.instructor}; ports {where}; state {state}")
+    if args.domain == "localhost" and args.ip not in ("127.0.0.1", "localhost"):
+        print("note: with --domain localhost only browsers on this machine reach learners' servers (NAME.localhost); "
+              "learners on other machines need --domain NAME with a wildcard DNS record (INSTRUCTOR.md, part 4)")
     if args.check:
         print("READY" if not missing else "NOT READY")
         return 0 if not missing else 1
-    if missing and all(" is in use: " in m for m in missing):  # a room stopped a moment ago may still hold them
-        wait_for_ports(args)
-        missing = problems(args, proxy)
-        for m in missing:
-            print(m)
     if missing:
         print("NOT READY: the room did not start")
         return 1
