@@ -1,11 +1,14 @@
 """The room on a real JupyterHub, started with its own command as an instructor starts it: its proxy,
-first-use logins in Chromium, JupyterLab running a lesson's cells, learners as OS users who can read
-nothing but their own, predictions and lab checks reaching the instructor's page, every refusal, load,
-and Ctrl-C stopping everything.
+logins with the room's codes in Chromium, JupyterLab running a lesson's cells, learners as OS users who
+can read nothing but their own, predictions and lab checks reaching the instructor's page, a learner's
+attacks on the instructor's browser, every refusal, load, and Ctrl-C stopping everything.
 
 One room serves every test here (module fixture): ``python -m shapelab.tools.room`` on 127.0.0.1 with
-ports of its own, two learners on the roster and an instructor, plus a "tester" service (``--extra-config``)
-whose token plays the admin's part in setting up (spawning servers, making tokens). The course's folder is
+ports of its own, three learners on the roster (one of them the attacker of issue 37) and an instructor,
+each logging in with the code the room issued, plus a "tester" service (``--extra-config``) whose token
+plays the admin's part in setting up (spawning servers, making tokens). Browsers reach the hub at
+``localhost`` and each learner's server at ``NAME.localhost`` (Chromium resolves them without DNS;
+urllib here sends to 127.0.0.1 with the name in the Host header). The course's folder is
 closed to other users for the module (``chmod o-rwx``, as ``--check`` asks) and reopened after. Every
 process the room started is stopped by its PID at the end, and the OS users it made are removed. Needs
 root (useradd), Debian's chromium, and configurable-http-proxy (.ci/run installs it); under CI=true a
@@ -39,6 +42,10 @@ from shapelab.room.client import TIMEOUT
 from shapelab.room.hub import LANDING, Room, load
 
 ROOT = Path(__file__).resolve().parents[1]
+# the room's folder, kept between runs for its learners' Python (state-learners/python): 60,000 hard links into
+# the course's environment, about 8 s to make and 30 s to delete on the 2-core CI machine; the room command
+# makes it again only when the course's packages change
+BASE = Path(tempfile.gettempdir()) / "shapelab-room-test"
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
 LEARNERS = ["roomtest-alice", "roomtest-bob"]
 ATTACKER = "roomtest-eve"  # a learner on the roster too, who attacks the instructor (test_a_learner_gets_nothing...)
@@ -336,8 +343,12 @@ def hub():
         pytest.skip(reason)
     for name in [*ROSTER, INSTRUCTOR]:  # left by a run that was killed before its teardown
         accounts.remove_user(name)
-    base = Path(tempfile.mkdtemp(prefix="shapelab-room-"))
-    base.chmod(0o755)  # learners' homes, course and Python live under it
+    base = BASE  # learners' homes, course and Python live under it
+    base.mkdir(mode=0o755, exist_ok=True)
+    assert not base.is_symlink() and base.lstat().st_uid == os.geteuid(), f"{base} is not this test's"
+    base.chmod(0o755)
+    _fresh(base)  # a new room each run, left by one killed before its teardown; its learners' Python is kept
+    (base / "room.log").unlink(missing_ok=True)
     course_mode = ROOT.stat().st_mode
     ROOT.chmod(course_mode & ~0o007)  # what --check asks of the instructor: learners get a copy, not the repository
     ports = {flag: _free_port() for flag in ("--port", "--hub-api-port", "--proxy-api-port", "--service-port")}
@@ -359,7 +370,12 @@ def hub():
         shutil.copy(hub.log, Path(tempfile.gettempdir()) / "shapelab-room-test.log")  # to read after a failure
         for name in [*ROSTER, INSTRUCTOR]:
             accounts.remove_user(name)
-        shutil.rmtree(base, ignore_errors=True)
+        _fresh(base)
+
+
+def _fresh(base: Path) -> None:
+    for part in ("state", "homes"):
+        shutil.rmtree(base / part, ignore_errors=True)
 
 
 def _login(browser, hub: Hub, user: str, password: str | None = None):
@@ -646,6 +662,9 @@ def test_a_learner_gets_nothing_in_the_instructors_browser(hub, browser):
     assert request("GET", f"{hub.url}/user/{eve}/api/status", model["token"], host=hub.host(eve))[0] == 403
     assert request("GET", f"{hub.url}/hub/api/users", model["token"])[0] == 200  # what /hub/admin lists
     teach.context.close()
+    status, answer = hub.api("POST", f"/users/{INSTRUCTOR}/server")  # the hub's "Start My Server", for them
+    assert status >= 400 and "no server in the room" in json.dumps(answer), (status, answer)
+    assert not _exists(INSTRUCTOR) and not (hub.homes / INSTRUCTOR).exists()  # no OS user, no home
 
 
 def test_learners_read_only_what_is_theirs(hub):
@@ -674,7 +693,7 @@ def test_learners_read_only_what_is_theirs(hub):
     assert all(p.stat().st_mode & 0o077 == 0 for p in (home / "labs").rglob("*")), "a lab copy is readable by others"
     service = hub.service_pid()
     refused = [home, home / "notes.txt", home / "labs" / f"{LAB.id}.ipynb", history, ROOT / "solutions" / f"{LAB.id}.ipynb",
-               ROOT / ".git" / "HEAD", ROOT / "tests" / "test_room.py", ROOT / "utils" / "shapelab" / "__init__.py",
+               ROOT / ".git", ROOT / "tests" / "test_room.py", ROOT / "utils" / "shapelab" / "__init__.py",
                hub.state / "room.sqlite", hub.state / "jupyterhub_cookie_secret", hub.state / "room.json",
                Path(f"/proc/{service}/environ")]
     allowed = [hub.homes / alice / "labs" / f"{LAB.id}.ipynb", hub.homes / alice / "notebooks" / "00_orientation.ipynb"]

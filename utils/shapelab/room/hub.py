@@ -70,9 +70,11 @@ class Room:
 
     @property
     def page_url(self) -> str:
-        """The instructor's page, on the room service's own host name."""
-        scheme, host = self.hub_url.split("://")
-        return f"{scheme}://{SERVICE}--service.{host}/services/{SERVICE}/"
+        """The instructor's page, on the room service's own host name (room--service.DOMAIN)."""
+        from jupyterhub.utils import subdomain_hook_idna  # the hub's default naming of a service's host
+
+        scheme = "https" if self.ssl_cert else "http"
+        return f"{scheme}://{subdomain_hook_idna(SERVICE, self.domain, 'service')}:{self.port}/services/{SERVICE}/"
 
     @property
     def cache(self) -> Path:

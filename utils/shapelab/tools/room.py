@@ -285,7 +285,7 @@ def main(argv=None) -> int:
     p.add_argument("--domain", default="localhost",
                    help="the host name learners reach this machine by; each learner's server is served at "
                         "NAME.DOMAIN, so it needs a wildcard DNS record (*.DOMAIN); the default, localhost, "
-                        "is reached only by browsers on this machine (Chromium and Firefox resolve *.localhost)")
+                        "is reached only by browsers on this machine (Chromium resolves *.localhost itself)")
     p.add_argument("--port", type=int, default=8000, help="the hub's public port, learners' URL (default 8000)")
     p.add_argument("--hub-api-port", type=int, default=8081, help="the hub's API on the loopback (default 8081)")
     p.add_argument("--proxy-api-port", type=int, default=8001, help="the proxy's API on the loopback (default 8001)")
