@@ -480,10 +480,11 @@ def test_check_says_what_stops_a_room(tmp_path):
         assert not [line for line in command.problems(args, "proxy", course) if "open to other users" in line]
 
 
-def test_login_codes_ports_and_the_kubernetes_values(tmp_path):
+def test_login_codes_ports_and_the_kubernetes_values(tmp_path, capsys):
     """Without a hub: a name's code is issued once and kept across restarts, a new roster name gets its own; the
     sheet puts the instructor first. A start waits for a port a room just stopped still holds, and says who holds
-    it. The Kubernetes values give the instructor the same narrow role and each server its own host name."""
+    it. The Kubernetes values give the instructor the same narrow role and each server its own host name. The
+    load test's command says how to run it."""
     import threading
 
     import yaml
@@ -504,7 +505,7 @@ def test_login_codes_ports_and_the_kubernetes_values(tmp_path):
         port = held.getsockname()[1]
         args = command.argparse.Namespace(ip="127.0.0.1", port=port, hub_api_port=_free_port(),
                                           proxy_api_port=_free_port(), service_port=_free_port())
-        threading.Timer(1.0, held.close).start()  # the old room lets go
+        threading.Timer(0.3, held.close).start()  # the old room lets go
         said, began = [], time.monotonic()
         command.wait_for_ports(args, timeout=30, say=said.append)
     assert time.monotonic() - began < 10 and not command.port_in_use("127.0.0.1", port)
@@ -517,6 +518,10 @@ def test_login_codes_ports_and_the_kubernetes_values(tmp_path):
     assert "admin_users" not in config["Authenticator"] and roles["admin"]["users"] == []
     assert roles["instructor"]["scopes"] == hub_config.INSTRUCTOR_SCOPES
     assert "logins.issue(" in values["hub"]["extraConfig"]["room"]
+
+    with pytest.raises(SystemExit) as done:
+        loadtest.main(["--help"])
+    assert done.value.code == 0 and "--learners" in capsys.readouterr().out
 
 
 def test_a_learner_runs_a_lesson_in_jupyterlab_and_the_instructor_sees_it(hub, browser):

@@ -158,7 +158,9 @@ def configure(c, room: Room) -> None:
         import asyncio
 
         if spawner.user.name == room.instructor:  # no OS user, home or server for them: their page is the room's
-            raise RuntimeError(f"the instructor has no server in the room; the room's page is {room.page_url}")
+            from tornado import web
+
+            raise web.HTTPError(403, f"the instructor has no server in the room; the room's page is {room.page_url}")
         for _ in range(2 * READY_TIMEOUT):  # the hub opens while the room command makes the learners' Python
             if ready.exists():
                 break
