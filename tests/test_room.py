@@ -72,19 +72,27 @@ async function roomAttack() {
       ["the hub's user", hub + "/hub/api/user", {}],
       ["make admin", hub + "/hub/api/users/" + name,
        {method: "PATCH", headers: {"Content-Type": "application/json"}, body: '{"admin": true}'}]]) {
-    try { const r = await fetch(url, {credentials: "include", ...opts}); out[what] = `${r.status} ${(await r.text()).slice(0, 120)}`; }
-    catch (e) { out[what] = `refused: ${e.name}`; }
+    try {
+      const r = await fetch(url, {credentials: "include", ...opts});
+      out[what] = `${r.status} ${(await r.text()).slice(0, 120)}`;
+    } catch (e) { out[what] = `refused: ${e.name}`; }
   }
-  // requests a browser sends without asking the server first: their answers are unreadable, the test checks their effect
-  for (const [what, url] of [["remove (fetch)", room + "api/remove/VICTIM"], ["admin (fetch)", hub + "/hub/api/users/" + name]]) {
-    try { await fetch(url, {method: "POST", mode: "no-cors", credentials: "include", body: '{"admin": true}'}); out[what] = "sent"; }
-    catch (e) { out[what] = `refused: ${e.name}`; }
+  // requests a browser sends without asking the server first: their answers are unreadable, the test checks
+  // their effect
+  for (const [what, url] of [["remove (fetch)", room + "api/remove/VICTIM"],
+                             ["admin (fetch)", hub + "/hub/api/users/" + name]]) {
+    try {
+      await fetch(url, {method: "POST", mode: "no-cors", credentials: "include", body: '{"admin": true}'});
+      out[what] = "sent";
+    } catch (e) { out[what] = `refused: ${e.name}`; }
   }
   const sink = document.createElement("iframe"); sink.name = "sink"; document.body.appendChild(sink);
-  const form = document.createElement("form"); form.method = "POST"; form.target = "sink"; form.action = room + "api/remove/VICTIM";
+  const form = document.createElement("form");
+  form.method = "POST"; form.target = "sink"; form.action = room + "api/remove/VICTIM";
   document.body.appendChild(form);
   const sent = new Promise(done => { sink.onload = done; setTimeout(done, 5000); }); form.submit(); await sent;
-  try { out["remove (form)"] = `read: ${sink.contentDocument.body.innerText.slice(0, 120)}`; } catch (e) { out["remove (form)"] = `sent, refused: ${e.name}`; }
+  try { out["remove (form)"] = `read: ${sink.contentDocument.body.innerText.slice(0, 120)}`; }
+  catch (e) { out["remove (form)"] = `sent, refused: ${e.name}`; }
   const frame = document.createElement("iframe"); document.body.appendChild(frame);
   const loaded = new Promise(done => { frame.onload = done; setTimeout(done, 5000); }); frame.src = room; await loaded;
   try { out["the room's page in a frame"] = `read: ${frame.contentDocument.body.innerText.slice(0, 120)}`; }
@@ -98,7 +106,9 @@ _JUPYTERLAB["room-attack"] = {init: () => {}, get: () => Promise.resolve(() => (
 """
 ATTACK_PAGE = """<!doctype html><title>a learner's page</title><h1>Look at my plot!</h1><pre id="out"></pre>
 <script src="remoteEntry.js"></script>
-<script>roomAttack().then(out => { document.getElementById("out").textContent = JSON.stringify(out, null, 1); });</script>
+<script>
+roomAttack().then(out => { document.getElementById("out").textContent = JSON.stringify(out, null, 1); });
+</script>
 """
 
 COURSE = manifest.load()
