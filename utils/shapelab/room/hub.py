@@ -28,7 +28,7 @@ LANDING = "/lab/tree/notebooks/00_orientation.ipynb"
 SERVICE = "room"
 READY = "ready"       # beside the learners' course: made once their course and Python are (tools.room)
 READY_TIMEOUT = 300   # seconds a first server start may wait for them
-CODES, SHEET = "login-codes.json", "login-codes.txt"  # in the room's state, root's alone
+PASSWORDS, CODES, SHEET = "passwords.dbm", "login-codes.json", "login-codes.txt"  # in the room's state, root's
 # the instructor's role: the room's page, and the hub's list of users and their servers (/hub/admin),
 # with stopping a stuck server; never access to a learner's server, never a change to any user
 INSTRUCTOR_SCOPES = [f"access:services!service={SERVICE}", "admin-ui", "list:users", "read:users:name",
@@ -82,10 +82,13 @@ class Room:
 
 
 def write_config(room: Room, extra: str = "") -> Path:
-    """Write ``room.json`` and ``jupyterhub_config.py`` into the room's state folder; return the latter."""
+    """Write ``room.json`` and ``jupyterhub_config.py`` into the room's state folder, and issue a login code
+    to each name that has no password yet (``logins``, the slips in ``SHEET``); return the config's path."""
     state = Path(room.state)
     state.mkdir(parents=True, exist_ok=True)
     state.chmod(0o700)  # passwords, secrets and the store are root's alone
+    codes = logins.issue([*(room.learners or []), room.instructor], str(state / PASSWORDS), state / CODES)
+    _write_private(state / SHEET, logins.sheet(codes, room.hub_url, room.instructor))
     _write_private(state / "room.json", json.dumps(asdict(room), indent=1))
     config = state / "jupyterhub_config.py"
     _write_private(config, "from shapelab.room.hub import configure, load\n"
@@ -123,12 +126,10 @@ def configure(c, room: Room) -> None:
     c.JupyterHub.subdomain_host = room.hub_url
 
     # passwords as The Littlest JupyterHub keeps them, but every known name's first one is a code the
-    # room issued (logins): nobody can claim a roster name or the instructor's before its owner does
+    # room issued (write_config): nobody can claim a roster name or the instructor's before its owner does
     c.JupyterHub.authenticator_class = "firstuseauthenticator.FirstUseAuthenticator"
-    c.FirstUseAuthenticator.dbm_path = str(state / "passwords.dbm")
+    c.FirstUseAuthenticator.dbm_path = str(state / PASSWORDS)
     c.FirstUseAuthenticator.create_users = room.learners is None
-    codes = logins.issue([*(room.learners or []), room.instructor], str(state / "passwords.dbm"), state / CODES)
-    _write_private(state / SHEET, logins.sheet(codes, room.hub_url, room.instructor))
     if room.learners is not None:
         c.Authenticator.allowed_users = set(room.learners) | {room.instructor}
     else:
