@@ -638,6 +638,10 @@ def test_a_learner_gets_nothing_in_the_instructors_browser(hub, browser):
     teach = _login(browser, hub, INSTRUCTOR)
     teach.wait_for_url(hub.room.page_url, timeout=60_000)
 
+    teach.goto(f"{hub.room.hub_url}/hub/admin")  # where one looks for a stuck learner: the list, with her server
+    teach.get_by_text(eve, exact=True).first.wait_for(timeout=30_000)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    teach.screenshot(path=str(SCREENSHOTS / "room_instructor_admin.png"))
     teach.goto(f"http://{hub.host(eve)}/user/{eve}/lab")  # (a) the attack: the hub asks nobody to authorize
     teach.locator("body").filter(has_text="403").wait_for(timeout=30_000)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -676,6 +680,7 @@ def test_a_learner_gets_nothing_in_the_instructors_browser(hub, browser):
     assert request("PATCH", f"{hub.url}/hub/api/users/{eve}", model["token"], {"admin": True})[0] == 403
     assert request("GET", f"{hub.url}/user/{eve}/api/status", model["token"], host=hub.host(eve))[0] == 403
     assert request("GET", f"{hub.url}/hub/api/users", model["token"])[0] == 200  # what /hub/admin lists
+    assert request("DELETE", f"{hub.url}/hub/api/users/{eve}/server", model["token"])[0] in (202, 204)  # a stuck one
     teach.context.close()
     status, answer = hub.api("POST", f"/users/{INSTRUCTOR}/server")  # the hub's "Start My Server", for them
     assert status >= 400 and "no server in the room" in json.dumps(answer), (status, answer)
