@@ -181,6 +181,9 @@ def configure(c, room: Room) -> None:
     from jupyterhub.services import service as hub_services
     if hasattr(hub_services, "_ServiceSpawner"):
         hub_services._ServiceSpawner.poll_interval = 3
+    # the hub's minutely health check of services only logs; it also fires while the hub stops and prints a
+    # traceback when its service was just cleaned up (JupyterHub 6.1): the poll above is what restarts one
+    c.JupyterHub.service_check_interval = 0
 
     python = room.python
     c.JupyterHub.services = [
