@@ -1,11 +1,14 @@
 """The room on a real JupyterHub, started with its own command as an instructor starts it: its proxy,
-first-use logins in Chromium, JupyterLab running a lesson's cells, learners as OS users who can read
-nothing but their own, predictions and lab checks reaching the instructor's page, every refusal, load,
-and Ctrl-C stopping everything.
+logins with the room's codes in Chromium, JupyterLab running a lesson's cells, learners as OS users who
+can read nothing but their own, predictions and lab checks reaching the instructor's page, a learner's
+attacks on the instructor's browser, every refusal, load, and Ctrl-C stopping everything.
 
 One room serves every test here (module fixture): ``python -m shapelab.tools.room`` on 127.0.0.1 with
-ports of its own, two learners on the roster and an instructor, plus a "tester" service (``--extra-config``)
-whose token plays the admin's part in setting up (spawning servers, making tokens). The course's folder is
+ports of its own, three learners on the roster (one of them the attacker of issue 37) and an instructor,
+each logging in with the code the room issued, plus a "tester" service (``--extra-config``) whose token
+plays the admin's part in setting up (spawning servers, making tokens). Browsers reach the hub at
+``localhost`` and each learner's server at ``NAME.localhost`` (Chromium resolves them without DNS;
+urllib here sends to 127.0.0.1 with the name in the Host header). The course's folder is
 closed to other users for the module (``chmod o-rwx``, as ``--check`` asks) and reopened after. Every
 process the room started is stopped by its PID at the end, and the OS users it made are removed. Needs
 root (useradd), Debian's chromium, and configurable-http-proxy (.ci/run installs it); under CI=true a
@@ -26,6 +29,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -38,8 +42,14 @@ from shapelab.room.client import TIMEOUT
 from shapelab.room.hub import LANDING, Room, load
 
 ROOT = Path(__file__).resolve().parents[1]
+# the room's folder, kept between runs for its learners' Python (state-learners/python): 60,000 hard links into
+# the course's environment, about 8 s to make and 30 s to delete on the 2-core CI machine; the room command
+# makes it again only when the course's packages change
+BASE = Path(tempfile.gettempdir()) / "shapelab-room-test"
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
 LEARNERS = ["roomtest-alice", "roomtest-bob"]
+ATTACKER = "roomtest-eve"  # a learner on the roster too, who attacks the instructor (test_a_learner_gets_nothing...)
+ROSTER = [*LEARNERS, ATTACKER]
 INSTRUCTOR = "roomtest-teach"
 ADMIN_TOKEN = uuid.uuid4().hex
 LOAD_SECONDS = float(os.environ.get("SHAPELAB_ROOM_LOAD_SECONDS", "5"))  # 60 by hand: see INSTRUCTOR.md
@@ -49,6 +59,58 @@ c.JupyterHub.services.append({{"name": "tester", "api_token": {ADMIN_TOKEN!r}}})
 c.JupyterHub.load_roles.append({{"name": "tester", "services": ["tester"],
     "scopes": ["admin:users", "admin:servers", "tokens", "list:users"]}})
 """
+# A learner's own JupyterLab extension, as issue 37 found one: whoever opens her JupyterLab runs it. Its attack
+# reads the room and the hub's API with the browser's cookies and tries to make her an admin and to remove a
+# classmate's records; a page of her server (ATTACK_PAGE, served by her JupyterLab without a login) runs the same.
+ATTACK_JS = r"""
+var _JUPYTERLAB = (window._JUPYTERLAB = window._JUPYTERLAB || {});
+async function roomAttack() {
+  const name = location.host.split(".")[0], domain = location.host.slice(name.length + 1);  // NAME.localhost:PORT
+  const hub = `${location.protocol}//${domain}`, room = `${location.protocol}//room--service.${domain}/services/room/`;
+  const out = {};
+  for (const [what, url, opts] of [["api/room", room + "api/room", {}], ["export.csv", room + "export.csv", {}],
+      ["the hub's user", hub + "/hub/api/user", {}],
+      ["make admin", hub + "/hub/api/users/" + name,
+       {method: "PATCH", headers: {"Content-Type": "application/json"}, body: '{"admin": true}'}]]) {
+    try {
+      const r = await fetch(url, {credentials: "include", ...opts});
+      out[what] = `${r.status} ${(await r.text()).slice(0, 120)}`;
+    } catch (e) { out[what] = `refused: ${e.name}`; }
+  }
+  // requests a browser sends without asking the server first: their answers are unreadable, the test checks
+  // their effect
+  for (const [what, url] of [["remove (fetch)", room + "api/remove/VICTIM"],
+                             ["admin (fetch)", hub + "/hub/api/users/" + name]]) {
+    try {
+      await fetch(url, {method: "POST", mode: "no-cors", credentials: "include", body: '{"admin": true}'});
+      out[what] = "sent";
+    } catch (e) { out[what] = `refused: ${e.name}`; }
+  }
+  const sink = document.createElement("iframe"); sink.name = "sink"; document.body.appendChild(sink);
+  const form = document.createElement("form");
+  form.method = "POST"; form.target = "sink"; form.action = room + "api/remove/VICTIM";
+  document.body.appendChild(form);
+  const sent = new Promise(done => { sink.onload = done; setTimeout(done, 5000); }); form.submit(); await sent;
+  try { out["remove (form)"] = `read: ${sink.contentDocument.body.innerText.slice(0, 120)}`; }
+  catch (e) { out["remove (form)"] = `sent, refused: ${e.name}`; }
+  const frame = document.createElement("iframe"); document.body.appendChild(frame);
+  const loaded = new Promise(done => { frame.onload = done; setTimeout(done, 5000); }); frame.src = room; await loaded;
+  try { out["the room's page in a frame"] = `read: ${frame.contentDocument.body.innerText.slice(0, 120)}`; }
+  catch (e) { out["the room's page in a frame"] = `refused: ${e.name}`; }
+  window.roomAttack = out;
+  document.title = "attack done";
+  return out;
+}
+_JUPYTERLAB["room-attack"] = {init: () => {}, get: () => Promise.resolve(() => ({__esModule: true,
+  default: {id: "room-attack:plugin", autoStart: true, activate: () => { roomAttack(); }}}))};
+"""
+ATTACK_PAGE = """<!doctype html><title>a learner's page</title><h1>Look at my plot!</h1><pre id="out"></pre>
+<script src="remoteEntry.js"></script>
+<script>
+roomAttack().then(out => { document.getElementById("out").textContent = JSON.stringify(out, null, 1); });
+</script>
+"""
+
 COURSE = manifest.load()
 PROMPT = COURSE.lessons[0].prompts[0]           # lesson 00's reveal, as its cell has it
 LAB = next(lab for lab in COURSE.labs if lab.id == "01_symbolic_guards_lab")
@@ -72,12 +134,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def request(method: str, url: str, token: str | None = None, body=None, raw: bytes | None = None):
-    """(status, parsed JSON or text) for one HTTP request; errors are answers too."""
+def request(method: str, url: str, token: str | None = None, body=None, raw: bytes | None = None,
+            host: str | None = None):
+    """(status, parsed JSON or text) for one HTTP request; errors are answers too. ``host``: the Host header
+    (a learner's server is routed by its host name, NAME.localhost, reached here on 127.0.0.1)."""
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"token {token}"
+    if host:
+        headers["Host"] = host
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
@@ -106,12 +172,13 @@ class Kernel:
         self.user = user
         self.token = hub.token(user, [f"access:servers!user={user}"])
         status, session = request("POST", f"{hub.url}/user/{user}/api/sessions", self.token, {
-            "path": path, "name": Path(path).name, "type": "notebook", "kernel": {"name": "python3"}})
+            "path": path, "name": Path(path).name, "type": "notebook", "kernel": {"name": "python3"}},
+            host=hub.host(user))
         assert status == 201, (status, session)
         self.id = session["kernel"]["id"]
         self.ws = websocket.create_connection(
             f"ws://127.0.0.1:{hub.room.port}/user/{user}/api/kernels/{self.id}/channels",
-            header=[f"Authorization: token {self.token}"], timeout=60)
+            header=[f"Authorization: token {self.token}"], host=hub.host(user), suppress_origin=True, timeout=60)
 
     def run(self, code: str) -> str:
         """Execute ``code``; return what it printed (and any traceback)."""
@@ -144,9 +211,9 @@ class Hub:
         self.base, self.ports = base, ports
         self.state, self.homes = base / "state", base / "homes"
         self.roster, self.extra = base / "roster.txt", base / "tester.py"
-        self.roster.write_text("\n".join(LEARNERS) + "\n")
+        self.roster.write_text("\n".join(ROSTER) + "\n")
         self.extra.write_text(TESTER)
-        self.url = f"http://127.0.0.1:{ports['--port']}"
+        self.url = f"http://127.0.0.1:{ports['--port']}"  # for the hub's API; browsers use room.hub_url
         self.kernels: dict[str, Kernel] = {}
         self.proc: subprocess.Popen | None = None
         self.log = base / "room.log"
@@ -172,6 +239,11 @@ class Hub:
         self.opened_in = time.monotonic() - began
         self.room = load(self.state / "room.json")
         self.service = f"http://127.0.0.1:{self.room.service_port}/services/room"  # where kernels send
+        self.codes = json.loads((self.state / "login-codes.json").read_text())  # what the instructor hands out
+
+    def host(self, user: str) -> str:
+        """The host name (and port) ``user``'s server is served on: an origin of its own."""
+        return f"{user}.{self.room.domain}:{self.room.port}"
 
     def interrupt(self, timeout: float = 60) -> int:
         self.proc.send_signal(signal.SIGINT)
@@ -181,7 +253,7 @@ class Hub:
         """The room command and everything under it, and every process of a learner."""
         import psutil
 
-        uids = {accounts.pwd.getpwnam(n).pw_uid for n in LEARNERS if _exists(n)}
+        uids = {accounts.pwd.getpwnam(n).pw_uid for n in ROSTER if _exists(n)}
         out = []
         if self.proc is not None and self.proc.poll() is None:
             out = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
@@ -279,10 +351,14 @@ def hub():
         if os.environ.get("CI") == "true":
             pytest.fail(f"the room test is mandatory in CI: {reason}")
         pytest.skip(reason)
-    for name in [*LEARNERS, INSTRUCTOR]:  # left by a run that was killed before its teardown
+    for name in [*ROSTER, INSTRUCTOR]:  # left by a run that was killed before its teardown
         accounts.remove_user(name)
-    base = Path(tempfile.mkdtemp(prefix="shapelab-room-"))
-    base.chmod(0o755)  # learners' homes, course and Python live under it
+    base = BASE  # learners' homes, course and Python live under it
+    base.mkdir(mode=0o755, exist_ok=True)
+    assert not base.is_symlink() and base.lstat().st_uid == os.geteuid(), f"{base} is not this test's"
+    base.chmod(0o755)
+    _fresh(base)  # a new room each run, left by one killed before its teardown; its learners' Python is kept
+    (base / "room.log").unlink(missing_ok=True)
     course_mode = ROOT.stat().st_mode
     ROOT.chmod(course_mode & ~0o007)  # what --check asks of the instructor: learners get a copy, not the repository
     ports = {flag: _free_port() for flag in ("--port", "--hub-api-port", "--proxy-api-port", "--service-port")}
@@ -302,19 +378,24 @@ def hub():
         _kill(left)
         ROOT.chmod(course_mode)
         shutil.copy(hub.log, Path(tempfile.gettempdir()) / "shapelab-room-test.log")  # to read after a failure
-        for name in [*LEARNERS, INSTRUCTOR]:
+        for name in [*ROSTER, INSTRUCTOR]:
             accounts.remove_user(name)
-        shutil.rmtree(base, ignore_errors=True)
+        _fresh(base)
 
 
-def _login(browser, hub: Hub, user: str, next_url: str = ""):
-    """Log in through the hub's own login page (the first login sets the password); return the page, in the
-    1280 x 800 window the course is read in."""
+def _fresh(base: Path) -> None:
+    for part in ("state", "homes"):
+        shutil.rmtree(base / part, ignore_errors=True)
+
+
+def _login(browser, hub: Hub, user: str, password: str | None = None):
+    """Log in through the hub's own login page with the code the room issued for ``user`` (or ``password``);
+    return the page, in the 1280 x 800 window the course is read in."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
-    page.goto(f"{hub.url}/hub/login" + (f"?next={next_url}" if next_url else ""))
+    page.goto(f"{hub.room.hub_url}/hub/login")
     page.fill("#username_input", user)
-    page.fill("#password_input", f"{user}-password")
+    page.fill("#password_input", hub.codes[user] if password is None else password)
     page.click("#login_submit")
     return page
 
@@ -397,8 +478,9 @@ def test_check_says_what_stops_a_room(tmp_path):
 
     from shapelab.tools import room as command
 
-    args = command.argparse.Namespace(roster=None, ip="127.0.0.1", port=_free_port(), hub_api_port=_free_port(),
-                                      proxy_api_port=_free_port(), service_port=_free_port())
+    args = command.argparse.Namespace(roster=None, ip="127.0.0.1", domain="localhost", port=_free_port(),
+                                      hub_api_port=_free_port(), proxy_api_port=_free_port(),
+                                      service_port=_free_port())
     with tempfile.TemporaryDirectory() as folder:  # under /tmp, which everyone may enter
         course = Path(folder)
         course.chmod(0o755)
@@ -406,6 +488,50 @@ def test_check_says_what_stops_a_room(tmp_path):
         assert said and said[0].endswith(f"chmod o-rwx {course}"), said
         course.chmod(0o750)
         assert not [line for line in command.problems(args, "proxy", course) if "open to other users" in line]
+
+
+def test_login_codes_ports_and_the_kubernetes_values(tmp_path, capsys):
+    """Without a hub: a name's code is issued once and kept across restarts, a new roster name gets its own; the
+    sheet puts the instructor first. A start waits for a port a room just stopped still holds, and says who holds
+    it. The Kubernetes values give the instructor the same narrow role and each server its own host name. The
+    load test's command says how to run it."""
+    import threading
+
+    import yaml
+
+    from shapelab.room import hub as hub_config, logins
+    from shapelab.tools import room as command
+
+    dbm, codes = str(tmp_path / "passwords.dbm"), tmp_path / "codes.json"
+    first = logins.issue(["ann", "teach"], dbm, codes)
+    again = logins.issue(["ann", "teach", "ben"], dbm, codes)
+    assert again == first | {"ben": again["ben"]} and len({*again.values()}) == 3
+    assert codes.stat().st_mode & 0o777 == 0o600
+    assert logins.sheet(again, "http://localhost:8000", "teach").splitlines()[2].startswith("name: teach ")
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        args = command.argparse.Namespace(ip="127.0.0.1", port=port, hub_api_port=_free_port(),
+                                          proxy_api_port=_free_port(), service_port=_free_port())
+        threading.Timer(0.3, held.close).start()  # the old room lets go
+        said, began = [], time.monotonic()
+        command.wait_for_ports(args, timeout=30, say=said.append)
+    assert time.monotonic() - began < 10 and not command.port_in_use("127.0.0.1", port)
+    assert said == [f"waiting up to 30 s for port {port} (--port), held by pid {os.getpid()}: "
+                    + " ".join(__import__("psutil").Process().cmdline())[:120]], said
+
+    values = yaml.safe_load((ROOT / "deploy" / "z2jh" / "values.yaml").read_text())
+    config, roles = values["hub"]["config"], values["hub"]["loadRoles"]
+    assert config["JupyterHub"]["subdomain_host"].startswith("https://")
+    assert "admin_users" not in config["Authenticator"] and roles["admin"]["users"] == []
+    assert roles["instructor"]["scopes"] == hub_config.INSTRUCTOR_SCOPES
+    assert "logins.issue(" in values["hub"]["extraConfig"]["room"]
+
+    with pytest.raises(SystemExit) as done:
+        loadtest.main(["--help"])
+    assert done.value.code == 0 and "--learners" in capsys.readouterr().out
 
 
 def test_a_learner_runs_a_lesson_in_jupyterlab_and_the_instructor_sees_it(hub, browser):
@@ -451,8 +577,10 @@ def test_a_learner_runs_a_lesson_in_jupyterlab_and_the_instructor_sees_it(hub, b
     print("room footprint, each learner's server and its kernel: "
           + "; ".join(f"{name} {mib:.0f} MiB" for name, mib in hub.footprint().items()))
 
-    page = _login(browser, hub, INSTRUCTOR, "/services/room/")
-    page.wait_for_url("**/services/room/", timeout=60_000)
+    page = _login(browser, hub, INSTRUCTOR)  # their first login: straight to the room's page, on its own host
+    page.wait_for_url(hub.room.page_url, timeout=60_000)
+    assert not _exists(INSTRUCTOR) and not (hub.homes / INSTRUCTOR).exists()  # no OS user, no home
+    assert hub.api("GET", f"/users/{INSTRUCTOR}")[1]["servers"] == {}  # no server
     body = page.locator("body")
     try:  # the page refreshes itself every 2 s
         for text in ["[1, 2, 3]", "[60, 1, 6]", LAB.exercises[0]]:
@@ -468,6 +596,95 @@ def test_a_learner_runs_a_lesson_in_jupyterlab_and_the_instructor_sees_it(hub, b
                                                                                   (bob, "[60, 1, 6]")}
     assert [(r["user"], r["passed"]) for r in rows if r["kind"] == "check"] == [(alice, "False")]
     page.context.close()
+
+
+def _install_attack(hub: Hub, user: str, victim: str) -> None:
+    """Put the attack extension into ``user``'s own ~/.local/share/jupyter/labextensions, owned by them, as a
+    learner installs one (JupyterLab loads every extension found there)."""
+    home = hub.homes / user
+    folder = home / ".local" / "share" / "jupyter" / "labextensions" / "room-attack"
+    (folder / "static").mkdir(parents=True, exist_ok=True)
+    (folder / "package.json").write_text(json.dumps({"name": "room-attack", "version": "0.1.0", "jupyterlab": {
+        "_build": {"load": "static/remoteEntry.js", "extension": "./extension"}}}))
+    (folder / "static" / "remoteEntry.js").write_text(ATTACK_JS.replace("VICTIM", victim))
+    (folder / "static" / "attack.html").write_text(ATTACK_PAGE)
+    owner = accounts.pwd.getpwnam(user)
+    for path in [home / ".local", *(home / ".local").rglob("*")]:
+        os.chown(path, owner.pw_uid, owner.pw_gid)
+
+
+def test_a_learner_gets_nothing_in_the_instructors_browser(hub, browser):
+    """Issue 37, items 1 and 2, entered as the users do, in Chromium. Someone claiming a roster name without its
+    code is refused on the hub's login page; its learner gets in with it. That learner installs her own
+    JupyterLab extension. The instructor, logged in on the room's page, opens her server (as from /hub/admin): the
+    hub refuses, nothing of hers runs. A page of her server, opened in the instructor's browser, reads neither
+    the room (api/room, export.csv, its page) nor the hub's API, makes no one an admin and removes nothing."""
+    eve, bob = ATTACKER, LEARNERS[1]
+    page = _login(browser, hub, eve, password="chosen-by-a-prankster")
+    page.get_by_text("Invalid username or password").wait_for(timeout=30_000)
+    page.context.close()
+    _install_attack(hub, eve, victim=bob)
+    page = _login(browser, hub, eve)
+    page.wait_for_url(f"http://{hub.host(eve)}/user/{eve}/**", wait_until="commit", timeout=120_000)
+    page.context.close()
+    hub.wait_ready(eve)
+    eve_token = hub.token(eve, [f"access:servers!user={eve}"])
+    status, lab = request("GET", f"{hub.url}/user/{eve}/lab", eve_token, host=hub.host(eve))
+    assert status == 200 and '"name": "room-attack"' in lab  # her JupyterLab loads it for whoever opens it
+
+    bob_token = hub.token(bob, [ROOM_SCOPE])
+    assert request("POST", f"{hub.service}/api/reveal", bob_token, _record())[0] == 201
+    bobs = hub.rows("SELECT COUNT(*) FROM reveals WHERE user = ?", bob)
+    teach = _login(browser, hub, INSTRUCTOR)
+    teach.wait_for_url(hub.room.page_url, timeout=60_000)
+
+    teach.goto(f"{hub.room.hub_url}/hub/admin")  # where one looks for a stuck learner: the list, with her server
+    teach.get_by_text(eve, exact=True).first.wait_for(timeout=30_000)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    teach.screenshot(path=str(SCREENSHOTS / "room_instructor_admin.png"))
+    teach.goto(f"http://{hub.host(eve)}/user/{eve}/lab")  # (a) the issue's attack: the hub asks nobody to authorize
+    teach.locator("body").filter(has_text="403").wait_for(timeout=30_000)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    teach.screenshot(path=str(SCREENSHOTS / "room_attack_server_refused.png"))
+    assert not teach.locator("text=Authorize").count() and teach.evaluate("window.roomAttack") is None
+    teach.goto(f"http://{hub.host(eve)}/user/{eve}/lab/extensions/room-attack/static/attack.html")  # (b)
+    teach.wait_for_function("document.title === 'attack done'", timeout=60_000)
+    out = teach.evaluate("window.roomAttack")
+    teach.screenshot(path=str(SCREENSHOTS / "room_attack_page.png"))
+    print(f"\nroom attack from {eve}'s page in the instructor's browser: {json.dumps(out)}")
+    for what in ["api/room", "export.csv", "the hub's user", "make admin", "the room's page in a frame"]:
+        assert out[what].startswith("refused"), (what, out)
+    # where learners' names share the hub's site (room.example.org, ann.room.example.org), a learner's page may
+    # send the instructor's cookies with such simple requests: the hub and the room ask for their XSRF token too
+    def with_cookies(method: str, url: str, body=None) -> int:  # the instructor's cookies, no XSRF token
+        jar = "; ".join(f"{c['name']}={c['value']}" for c in teach.context.cookies(url))
+        parts = urllib.parse.urlsplit(url)  # *.localhost resolves in Chromium only: send it to 127.0.0.1
+        req = urllib.request.Request(f"http://127.0.0.1:{parts.port}{parts.path}", method=method, headers={
+            "Host": parts.netloc, "Cookie": jar, "Content-Type": "application/json"},
+            data=None if body is None else json.dumps(body).encode())
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    assert with_cookies("GET", hub.room.page_url + "api/room") == 200  # the cookies are the instructor's
+    assert with_cookies("POST", hub.room.page_url + f"api/remove/{bob}") == 403
+    assert with_cookies("PATCH", f"{hub.room.hub_url}/hub/api/users/{eve}", {"admin": True}) == 403
+    assert hub.rows("SELECT COUNT(*) FROM reveals WHERE user = ?", bob) == bobs  # nothing removed
+    assert {k: hub.api("GET", f"/users/{k}")[1]["admin"] for k in (eve, INSTRUCTOR)} == {eve: False, INSTRUCTOR: False}
+    assert sorted(hub.api("GET", f"/users/{eve}")[1]["roles"]) == ["user"]
+    # with every right the instructor's account holds (a token that inherits them): no role changed, no server opened
+    status, model = hub.api("POST", f"/users/{INSTRUCTOR}/tokens", {"note": "all the instructor may"})
+    assert status == 201, model
+    assert request("PATCH", f"{hub.url}/hub/api/users/{eve}", model["token"], {"admin": True})[0] == 403
+    assert request("GET", f"{hub.url}/user/{eve}/api/status", model["token"], host=hub.host(eve))[0] == 403
+    assert request("GET", f"{hub.url}/hub/api/users", model["token"])[0] == 200  # what /hub/admin lists
+    assert request("DELETE", f"{hub.url}/hub/api/users/{eve}/server", model["token"])[0] in (202, 204)  # a stuck one
+    teach.context.close()
+    status, answer = hub.api("POST", f"/users/{INSTRUCTOR}/server")  # the hub's "Start My Server", for them
+    assert status >= 400 and "no server in the room" in json.dumps(answer), (status, answer)
+    assert not _exists(INSTRUCTOR) and not (hub.homes / INSTRUCTOR).exists()  # no OS user, no home
 
 
 def test_learners_read_only_what_is_theirs(hub):
@@ -496,7 +713,7 @@ def test_learners_read_only_what_is_theirs(hub):
     assert all(p.stat().st_mode & 0o077 == 0 for p in (home / "labs").rglob("*")), "a lab copy is readable by others"
     service = hub.service_pid()
     refused = [home, home / "notes.txt", home / "labs" / f"{LAB.id}.ipynb", history, ROOT / "solutions" / f"{LAB.id}.ipynb",
-               ROOT / ".git" / "HEAD", ROOT / "tests" / "test_room.py", ROOT / "utils" / "shapelab" / "__init__.py",
+               ROOT / ".git", ROOT / "tests" / "test_room.py", ROOT / "utils" / "shapelab" / "__init__.py",
                hub.state / "room.sqlite", hub.state / "jupyterhub_cookie_secret", hub.state / "room.json",
                Path(f"/proc/{service}/environ")]
     allowed = [hub.homes / alice / "labs" / f"{LAB.id}.ipynb", hub.homes / alice / "notebooks" / "00_orientation.ipynb"]
@@ -559,7 +776,7 @@ def test_room_refuses_what_it_must(hub):
     assert request("POST", f"{svc}/api/reveal", "not-a-token", _record())[0] == 403
     # another learner's server, through the proxy
     bob_server = hub.kernel(bob)  # noqa: F841 (bob's server is running)
-    assert request("GET", f"{hub.url}/user/{bob}/api/status", alice_token)[0] == 403
+    assert request("GET", f"{hub.url}/user/{bob}/api/status", alice_token, host=hub.host(bob))[0] == 403
 
     count = lambda: hub.rows("SELECT COUNT(*) FROM reveals")[0][0] + hub.rows("SELECT COUNT(*) FROM checks")[0][0]  # noqa: E731
     before = count()
@@ -674,6 +891,8 @@ def test_ctrl_c_stops_everything_and_the_room_starts_again(hub):
     assert not [p for p in running if _alive(p)]
     assert not hub.processes()
     assert f"the session report: {hub.state / 'report' / 'report.html'}" in hub.log.read_text(), hub.tail()
+    stop = hub.log.read_text().rsplit("stopping the room", 1)[1]
+    assert "Traceback" not in stop, stop  # issue 37.6: about 60 lines of them before "the room is stopped"
     assert (hub.state / "report" / "report.csv").read_text().startswith("session,lesson,concept,")
     for flag, port in hub.ports.items():
         with socket.socket() as s:  # as a server binds: a closed connection's TIME_WAIT does not count, a listener does

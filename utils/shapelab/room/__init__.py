@@ -8,8 +8,9 @@ accepts (built from the notebooks by ``python -m shapelab.room.manifest``); ``le
 rule for what a room learned (the prompts' first and second votes, right by the instructor's own run; the
 concept inventory's g per concept with its interval and its item statistics; wrong predictions; who is
 stuck), which the page and ``report`` (the session report, HTML and CSV, across sessions) share; ``noise``
-simulates how much g moves by chance in a room of 20-40; ``hub`` writes the hub's configuration and
-``accounts`` makes each learner an OS user with a home of their own. ``python -m shapelab.tools.room``
+simulates how much g moves by chance in a room of 20-40; ``hub`` writes the hub's configuration,
+``accounts`` makes each learner an OS user with a home of their own, and ``logins`` gives each roster
+name a login code. ``python -m shapelab.tools.room``
 starts a room on one machine.
 
 Only ``client`` is imported by the lessons; it uses the standard library alone.

@@ -1,5 +1,13 @@
-"""The hub's configuration for a room on one machine: JupyterHub with its proxy, first-use passwords,
-one OS user per learner, the instructor as admin, the room service and the idle culler.
+"""The hub's configuration for a room on one machine: JupyterHub with its proxy, a login code per name
+(``logins``), one OS user per learner, each learner's server on an origin of its own, the instructor
+with only the rights the room needs, the room service and the idle culler.
+
+A learner controls their own server (its extensions, its pages), so nothing of it may run with the
+instructor's rights: each server is served from its own host name (``subdomain_host``: the learner
+``ann`` at ``ann.DOMAIN``, the room's page at ``room--service.DOMAIN``, the hub at ``DOMAIN``), so a
+page of a learner's server is another origin than the hub and the room and reads neither; and the
+instructor is no hub admin but holds the role ``INSTRUCTOR_SCOPES`` names, without access to any
+learner's server, so the hub refuses to log them into one.
 
 ``Room`` holds the choices (the command fills it from its options); ``write_config`` saves them
 beside a two-line ``jupyterhub_config.py`` that hands them to ``configure``, so what the hub runs
@@ -14,12 +22,17 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import accounts
+from . import accounts, logins
 
 LANDING = "/lab/tree/notebooks/00_orientation.ipynb"
 SERVICE = "room"
 READY = "ready"       # beside the learners' course: made once their course and Python are (tools.room)
 READY_TIMEOUT = 300   # seconds a first server start may wait for them
+PASSWORDS, CODES, SHEET = "passwords.dbm", "login-codes.json", "login-codes.txt"  # in the room's state, root's
+# the instructor's role: the room's page, and the hub's list of users and their servers (/hub/admin),
+# with stopping a stuck server; never access to a learner's server, never a change to any user
+INSTRUCTOR_SCOPES = [f"access:services!service={SERVICE}", "admin-ui", "list:users", "read:users:name",
+                     "read:users:activity", "read:servers", "delete:servers"]
 
 
 @dataclass
@@ -27,9 +40,10 @@ class Room:
     course: str                       # what learners get of the course (accounts.course_copy): labs/, notebooks/
     state: str                        # the room's own files: databases, passwords, cookie secret, warmed cache
     homes: str                        # learners' homes are made under it
-    instructor: str = "instructor"    # the hub's admin; the only one who sees the room's page
+    instructor: str = "instructor"    # the only one who sees the room's page (INSTRUCTOR_SCOPES, no hub admin)
     learners: list[str] | None = None  # the roster; None: anyone may sign up on first login
     ip: str = ""                      # "" listens on every interface
+    domain: str = "localhost"         # the hub's host name; each learner's server at NAME.domain (wildcard DNS)
     port: int = 8000                  # the hub's public port, behind its proxy
     proxy_api_port: int = 8001        # the proxy's own API (loopback)
     hub_port: int = 8081              # the hub's API, where servers and services reach it (loopback)
@@ -50,15 +64,31 @@ class Room:
         return self.db or f"sqlite:///{Path(self.state) / 'room.sqlite'}"
 
     @property
+    def hub_url(self) -> str:
+        """Where browsers reach the hub (learners' servers and the room's page are on subdomains of it)."""
+        return f"{'https' if self.ssl_cert else 'http'}://{self.domain}:{self.port}"
+
+    @property
+    def page_url(self) -> str:
+        """The instructor's page, on the room service's own host name (room--service.DOMAIN)."""
+        from jupyterhub.utils import subdomain_hook_idna  # the hub's default naming of a service's host
+
+        scheme = "https" if self.ssl_cert else "http"
+        return f"{scheme}://{subdomain_hook_idna(SERVICE, self.domain, 'service')}:{self.port}/services/{SERVICE}/"
+
+    @property
     def cache(self) -> Path:
         return Path(self.state) / "inductor-cache"
 
 
 def write_config(room: Room, extra: str = "") -> Path:
-    """Write ``room.json`` and ``jupyterhub_config.py`` into the room's state folder; return the latter."""
+    """Write ``room.json`` and ``jupyterhub_config.py`` into the room's state folder, and issue a login code
+    to each name that has no password yet (``logins``, the slips in ``SHEET``); return the config's path."""
     state = Path(room.state)
     state.mkdir(parents=True, exist_ok=True)
     state.chmod(0o700)  # passwords, secrets and the store are root's alone
+    codes = logins.issue([*(room.learners or []), room.instructor], str(state / PASSWORDS), state / CODES)
+    _write_private(state / SHEET, logins.sheet(codes, room.hub_url, room.instructor))
     _write_private(state / "room.json", json.dumps(asdict(room), indent=1))
     config = state / "jupyterhub_config.py"
     _write_private(config, "from shapelab.room.hub import configure, load\n"
@@ -92,11 +122,14 @@ def configure(c, room: Room) -> None:
     if room.ssl_cert:
         c.JupyterHub.ssl_cert, c.JupyterHub.ssl_key = room.ssl_cert, room.ssl_key
 
-    # first-use passwords, as The Littlest JupyterHub: a learner's first login sets their password
+    # each learner's server, and the room service, on a host name of its own: another origin than the hub's
+    c.JupyterHub.subdomain_host = room.hub_url
+
+    # passwords as The Littlest JupyterHub keeps them, but every known name's first one is a code the
+    # room issued (write_config): nobody can claim a roster name or the instructor's before its owner does
     c.JupyterHub.authenticator_class = "firstuseauthenticator.FirstUseAuthenticator"
-    c.FirstUseAuthenticator.dbm_path = str(state / "passwords.dbm")
+    c.FirstUseAuthenticator.dbm_path = str(state / PASSWORDS)
     c.FirstUseAuthenticator.create_users = room.learners is None
-    c.Authenticator.admin_users = {room.instructor}
     if room.learners is not None:
         c.Authenticator.allowed_users = set(room.learners) | {room.instructor}
     else:
@@ -125,6 +158,10 @@ def configure(c, room: Room) -> None:
     async def furnish(spawner):
         import asyncio
 
+        if spawner.user.name == room.instructor:  # no OS user, home or server for them: their page is the room's
+            from tornado import web
+
+            raise web.HTTPError(403, f"the instructor has no server in the room; the room's page is {room.page_url}")
         for _ in range(2 * READY_TIMEOUT):  # the hub opens while the room command makes the learners' Python
             if ready.exists():
                 break
@@ -135,12 +172,18 @@ def configure(c, room: Room) -> None:
         accounts.furnish(user, Path(room.course), room.cache)
 
     c.Spawner.pre_spawn_hook = furnish
+    # after login the instructor lands on the room's page (their server is never started); a learner on theirs
+    c.JupyterHub.default_url = lambda handler: (
+        room.page_url if handler.current_user is not None and handler.current_user.name == room.instructor else "")
 
     # JupyterHub restarts a managed service when its poll sees it gone; that poll (every 30 s) takes no
     # config, so a crashed room service would be away for half a minute: look every 3 s instead
     from jupyterhub.services import service as hub_services
     if hasattr(hub_services, "_ServiceSpawner"):
         hub_services._ServiceSpawner.poll_interval = 3
+    # the hub's minutely health check of services only logs; it also fires while the hub stops and prints a
+    # traceback when its service was just cleaned up (JupyterHub 6.1): the poll above is what restarts one
+    c.JupyterHub.service_check_interval = 0
 
     python = room.python
     c.JupyterHub.services = [
@@ -153,6 +196,8 @@ def configure(c, room: Room) -> None:
     ]
     c.JupyterHub.load_roles = [
         {"name": "user", "scopes": ["self", f"access:services!service={SERVICE}"]},
+        {"name": "instructor", "users": [room.instructor], "scopes": INSTRUCTOR_SCOPES},
+        {"name": "admin", "users": []},  # nobody, also where an older room's database made the instructor one
         {"name": "room-service", "services": [SERVICE], "scopes": ["list:users", "read:users:name", "read:servers"]},
         {"name": "idle-culler", "services": ["idle-culler"],
          "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]},

@@ -6,12 +6,24 @@ the caller then reads the store to prove none was lost and none duplicated. A te
 are sent a second time with the same id, as a kernel retrying would, and must still be stored once.
 The records are reveals of ``LESSON``'s prompts (the service takes only the course's), one a second,
 within the service's per-learner rate.
+
+    python -m shapelab.room.loadtest --service http://127.0.0.1:10101/services/room --learners 40 --seconds 60
+
+runs it against a room that is up, as the room's own test does (``SHAPELAB_ROOM_LOAD_SECONDS=60 pytest
+tests/test_room.py -k load -s`` also proves none was lost or duplicated, from the store): it makes the
+users ``roomload-00``... on the hub (never OS users: they start no server) and a token each, which needs a
+token allowed to (scopes ``admin:users``, ``tokens``, ``list:users``) in ``JUPYTERHUB_API_TOKEN``; the
+instructor's account is not (INSTRUCTOR.md, part 4).
 """
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
@@ -86,3 +98,54 @@ def run(url: str, tokens: dict[str, str], seconds: float, rate: float = 1.0) -> 
     for t in threads:
         t.join(seconds + 10 * TIMEOUT)
     return load
+
+
+def _hub(method: str, url: str, token: str, body=None) -> dict:
+    request = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode(), method=method,
+                                     headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read() or b"null")
+
+
+def main(argv=None) -> int:
+    """Run the load test against a running room and print one line of what it measured."""
+    parser = argparse.ArgumentParser(prog="python -m shapelab.room.loadtest", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 2)[2])
+    parser.add_argument("--service", default="http://127.0.0.1:10101/services/room",
+                        help="where kernels send (the room's --service-port; default %(default)s)")
+    parser.add_argument("--hub-api", default="http://127.0.0.1:8081/hub/api",
+                        help="the hub's API (the room's --hub-api-port; default %(default)s)")
+    parser.add_argument("--learners", type=int, default=40, help="simulated learners (default 40)")
+    parser.add_argument("--seconds", type=float, default=60, help="how long each sends (default 60)")
+    args = parser.parse_args(argv)
+    token = os.environ.get("JUPYTERHUB_API_TOKEN")
+    if not token:
+        parser.error("set JUPYTERHUB_API_TOKEN to a token with the scopes admin:users, tokens, list:users")
+    if not 1 <= args.learners <= 1000 or args.seconds <= 0:
+        parser.error("--learners 1 to 1000 and --seconds above 0")
+    names = [f"roomload-{i:02d}" for i in range(args.learners)]
+    try:
+        for name in names:
+            try:
+                _hub("POST", f"{args.hub_api}/users/{name}", token)
+            except urllib.error.HTTPError as e:
+                if e.code != 409:  # 409: there from an earlier run
+                    raise
+        tokens = {n: _hub("POST", f"{args.hub_api}/users/{n}/tokens", token,
+                          {"scopes": ["access:services!service=room"], "note": "load test"})["token"] for n in names}
+    except (OSError, ValueError, KeyError) as e:
+        print(f"the hub refused to make the test's users and tokens: {e}", file=sys.stderr)
+        return 1
+    load = run(args.service.rstrip("/"), tokens, args.seconds)
+    ordered = sorted(load.latencies) or [float("nan")]
+    print(f"{args.learners} learners x {args.seconds:g} s: {load.sent} sent (+{load.resent} resent), "
+          f"{len(load.acknowledged)} acknowledged, {len(load.failed)} failed; p95 {1000 * load.p95():.1f} ms, "
+          f"median {1000 * ordered[len(ordered) // 2]:.1f} ms, max {1000 * ordered[-1]:.1f} ms")
+    for line in load.failed[:5]:
+        print("failed:", line)
+    return 0 if not load.failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,7 +3,7 @@ the instructor's page.
 
 It has no passwords of its own. A kernel posts with its server's ``JUPYTERHUB_API_TOKEN``; a browser
 comes with the hub's OAuth cookie; either way the hub names the user, so a learner can only write
-as themself. The instructor (the hub's admin, named in ``SHAPELAB_ROOM_INSTRUCTORS``) sees the room and
+as themself. The instructor (named in ``SHAPELAB_ROOM_INSTRUCTORS``; no hub admin) sees the room and
 the session report (``report.html``, ``report.csv``) and opens a second vote on a prompt (``api/round``);
 their own kernel's reveals are the prompts' reference (``learning``); a learner sees only their own records,
 and only the instructor can remove a learner's records.
@@ -367,7 +367,10 @@ def main(argv=None) -> None:
     print(f"room service on {url.geturl()}{prefix} (store: {app.settings['store'].engine.url!r}, "  # password hidden
           f"manifest: {len(app.settings['manifest'].lessons)} lessons, {len(app.settings['manifest'].labs)} labs, "
           f"instructors: {', '.join(instructors) or 'none'})", flush=True)
-    ioloop.IOLoop.current().start()
+    try:
+        ioloop.IOLoop.current().start()
+    except KeyboardInterrupt:  # the hub stops its services with SIGINT: a stop, not an error to print
+        pass
 
 
 if __name__ == "__main__":

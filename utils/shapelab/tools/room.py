@@ -5,15 +5,20 @@
     python -m shapelab.tools.room --check                  # say what is missing and what it would run
 
 It runs a real JupyterHub (run as root: it makes each learner an OS user) behind its proxy,
-``configurable-http-proxy`` (found on PATH, or installed with npm when npm is there). Learners log
-in with a name and choose their password on first login; each gets a private home with their own
-copy of ``labs/`` and the lessons read-only in ``notebooks/``, and lands in JupyterLab on lesson 00.
+``configurable-http-proxy`` (found on PATH, or installed with npm when npm is there). Every name on
+the roster, and the instructor's, gets a login code (``<state>/login-codes.txt``, slips to print and
+hand out): a learner logs in with their name and code, so nobody can claim another's name. Each learner
+gets a private home with their own copy of ``labs/`` and the lessons read-only in ``notebooks/``, and
+lands in JupyterLab on lesson 00, served from a host name of their own (``NAME.DOMAIN``, ``--domain``),
+so nothing of a learner's server runs on the hub's or the room's origin.
 Learners' servers run a Python of their own beside ``--state`` (links to the course's packages) and
 a copy of the course holding only ``notebooks/``, ``labs/`` and the library: they never read the
 repository, which must therefore be closed to other users (``--check`` says how). The instructor
-(``--instructor``, the hub's admin) opens ``/services/room/`` for the room's predictions and lab
-progress. Once the hub answers, Inductor's cache is warmed in the background (``tools.warmup``,
-only the lessons that fill it) and copied into every learner's own cache at their server's start.
+(``--instructor``; no hub admin: the room's page and the hub's list of users, never a learner's server)
+lands on the room's page, ``room--service.DOMAIN``, and gets no server, home or OS user. Once the hub
+answers, Inductor's cache is warmed in the background (``tools.warmup``, only the lessons that fill it)
+and copied into every learner's own cache at their server's start. A start finding a port still held
+(by a room stopped a moment ago) waits for it, up to ``PORT_WAIT`` seconds.
 Idle servers stop after ``--idle-timeout`` seconds. Ctrl-C stops the hub, its proxy and services,
 every learner's server and kernel, and writes the session report into ``<state>/report/``
 (``shapelab.room.report``).
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import socket
@@ -44,6 +50,7 @@ MEM_PER_LEARNER_GIB = 2
 DEFAULT_LEARNERS = 30       # what the limits are sized for without a roster or --learners
 OPEN_TIMEOUT = 120          # seconds the hub may take to answer its login page
 STOP_TIMEOUT = 30           # seconds the hub may take to stop its servers, services and proxy
+PORT_WAIT = 60              # seconds a start waits for a port a room just stopped still holds
 
 
 def find_proxy(install: bool, say=print) -> str | None:
@@ -81,6 +88,32 @@ def port_in_use(address: str, port: int) -> bool:
     return False
 
 
+def holder(port: int) -> str:
+    """Who listens on ``port`` ("pid N: command"), or "" when nobody or it cannot be seen."""
+    import psutil
+
+    try:
+        for conn in psutil.net_connections("tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+                return f"pid {conn.pid}: {' '.join(psutil.Process(conn.pid).cmdline())[:120]}"
+    except (psutil.Error, OSError):
+        pass
+    return ""
+
+
+def wait_for_ports(args, timeout: float = PORT_WAIT, say=print) -> None:
+    """Wait up to ``timeout`` for the room's ports to be free, saying once which are held and by whom (a room
+    stopped a moment ago may still be letting go of them); the start's check then names what stays taken."""
+    taken = {flag: where for flag, where in ports(args).items() if port_in_use(*where)}
+    if not taken:
+        return
+    say("waiting up to {:.0f} s for ".format(timeout) + "; ".join(
+        f"port {port} ({flag}), held by {holder(port) or 'another program'}" for flag, (_, port) in taken.items()))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(port_in_use(*where) for where in taken.values()):
+        time.sleep(0.5)
+
+
 def problems(args, proxy: str | None, course: Path = COURSE) -> list[str]:
     """What stops a room from starting here, one line each (empty: ready)."""
     from shapelab.room.accounts import NAME, readable_by_others
@@ -106,6 +139,8 @@ def problems(args, proxy: str | None, course: Path = COURSE) -> list[str]:
         out.append(f"the course's folder {course} is open to other users: learners could read solutions/, tests/ "
                    f"and .git there; close it (learners get a copy of what they need): chmod o-rwx {course}")
     taken = ports(args)
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?", args.domain):
+        out.append(f"--domain {args.domain!r} is not a host name (lower-case letters, digits, '.' and '-')")
     if len({port for _, port in taken.values()}) < len(taken):
         out.append("two of " + ", ".join(taken) + " are the same port")
     for flag, (address, port) in taken.items():
@@ -242,10 +277,15 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m shapelab.tools.room", description=__doc__.split("\n\n")[0],
                                 epilog="See INSTRUCTOR.md, 'Running a session with the room'.")
     p.add_argument("--roster", help="a file with one learner name a line (default: anyone may sign up on first login)")
-    p.add_argument("--instructor", default="instructor", help="the instructor's (the hub admin's) user name")
+    p.add_argument("--instructor", default="instructor", help="the instructor's user name (sees the room's page; "
+                                                             "no hub admin, no server)")
     p.add_argument("--learners", type=int, help="how many learners to size the limits for "
                                                 f"(default: the roster's, else {DEFAULT_LEARNERS})")
     p.add_argument("--ip", default="", help="the address to listen on (default: every interface)")
+    p.add_argument("--domain", default="localhost",
+                   help="the host name learners reach this machine by; each learner's server is served at "
+                        "NAME.DOMAIN, so it needs a wildcard DNS record (*.DOMAIN); the default, localhost, "
+                        "is reached only by browsers on this machine (Chromium resolves *.localhost itself)")
     p.add_argument("--port", type=int, default=8000, help="the hub's public port, learners' URL (default 8000)")
     p.add_argument("--hub-api-port", type=int, default=8081, help="the hub's API on the loopback (default 8081)")
     p.add_argument("--proxy-api-port", type=int, default=8001, help="the proxy's API on the loopback (default 8001)")
@@ -270,7 +310,7 @@ def main(argv=None) -> int:
     db = store_url(args, p.error)
 
     from shapelab.room import accounts
-    from shapelab.room.hub import READY, Room, write_config
+    from shapelab.room.hub import READY, SHEET, Room, write_config
 
     learners = read_roster(args.roster) if args.roster and Path(args.roster).is_file() else None
     count = args.learners or (len(learners) if learners else DEFAULT_LEARNERS)
@@ -278,17 +318,23 @@ def main(argv=None) -> int:
     mem, cpu, threads, line = sizing(count)
     print(line)
     missing = problems(args, proxy)
+    if missing and not args.check and all(" is in use: " in m for m in missing):
+        wait_for_ports(args)  # a room stopped a moment ago may still hold them
+        missing = problems(args, proxy)
     for m in missing:
         print(m)
     state = Path(args.state).resolve()
     beside = state.with_name(state.name + "-learners")  # readable by learners, unlike the state
     room = Room(course=str(beside / "course"), state=str(state), homes=args.homes, instructor=args.instructor,
-                learners=learners, ip=args.ip, port=args.port, proxy_api_port=args.proxy_api_port,
+                learners=learners, ip=args.ip, domain=args.domain, port=args.port, proxy_api_port=args.proxy_api_port,
                 hub_port=args.hub_api_port, service_port=args.service_port, db=db, idle_timeout=args.idle_timeout,
                 mem_limit=mem, cpu_limit=cpu, threads=threads, ssl_cert=args.ssl_cert, ssl_key=args.ssl_key)
     who = f"{len(learners)} learners from {args.roster}" if learners is not None else "anyone who signs up"
     where = ", ".join(f"{flag} {port}" for flag, (_, port) in ports(args).items())
     print(f"room: {who}; instructor {args.instructor}; ports {where}; state {state}")
+    if args.domain == "localhost" and args.ip not in ("127.0.0.1", "localhost"):
+        print("note: with --domain localhost only browsers on this machine reach learners' servers (NAME.localhost); "
+              "learners on other machines need --domain NAME with a wildcard DNS record (INSTRUCTOR.md, part 4)")
     if args.check:
         print("READY" if not missing else "NOT READY")
         return 0 if not missing else 1
@@ -324,11 +370,13 @@ def main(argv=None) -> int:
         print(f"learners' course and Python in {beside}, {len(learners or [])} accounts ready "
               f"({time.monotonic() - start:.1f} s)", flush=True)
         scheme = "https" if args.ssl_cert else "http"
-        url = f"{scheme}://{args.ip or '127.0.0.1'}:{args.port}"
-        if not _wait(lambda: open_url(f"{url}/hub/login", 1), hub, stopping, OPEN_TIMEOUT):
+        local = f"{scheme}://{args.ip or '127.0.0.1'}:{args.port}"  # the proxy sends any other host name to the hub
+        if not _wait(lambda: open_url(f"{local}/hub/login", 1), hub, stopping, OPEN_TIMEOUT):
             return hub.returncode or 1
-        print(f"the room is open at {url}/ ({time.monotonic() - start:.0f} s after the command); "
-              f"the instructor's page: {url}/services/room/; Ctrl-C stops it", flush=True)
+        print(f"the room is open at {room.hub_url}/ ({time.monotonic() - start:.0f} s after the command); Ctrl-C "
+              f"stops it\nlogin codes, one slip per name (the instructor's first): {state / SHEET}\n"
+              f"the instructor ({args.instructor}) logs in with their code and lands on the room's page, "
+              f"{room.page_url}: no server, home or OS user is made for them", flush=True)
         opened = True
         if not args.no_warmup:
             # with the learners' own Python: Inductor's cache keys include the interpreter
