@@ -60,3 +60,15 @@ def test_a_build_without_every_lesson_stops_with_the_names_missing(tmp_path):
 def test_the_landing_page_carries_the_readmes_two_commands():
     page = book.landing((book.ROOT / "README.md").read_text())
     assert "jupyter lab" in page and "pytest -n 2" in page and "this folder" not in page
+
+
+def test_an_executed_copy_of_another_version_of_a_lesson_is_refused(tmp_path):
+    lesson = _nb(md("# 09 · A lesson"), code("x = 1"))
+    nbformat.write(lesson, tmp_path / "09_lesson.ipynb")
+    ran = _nb(*[nbformat.from_dict(dict(c)) for c in lesson.cells])
+    ran.cells.insert(1, code("SCALE = 'ci'"))  # a runner's injected cell is allowed
+    nbformat.write(ran, tmp_path / "copy.ipynb")
+    assert book.differs(tmp_path / "09_lesson.ipynb", tmp_path / "copy.ipynb") is None
+    ran.cells[2].source = "x = 2"
+    nbformat.write(ran, tmp_path / "copy.ipynb")
+    assert book.differs(tmp_path / "09_lesson.ipynb", tmp_path / "copy.ipynb") == "cell 1 ('x = 1')"

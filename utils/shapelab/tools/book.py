@@ -56,6 +56,17 @@ def executed_copy(executed: Path, lesson: Path) -> Path | None:
     return None
 
 
+def differs(lesson: Path, executed: Path) -> str | None:
+    """Where the executed copy is not of this checkout's lesson (a cell missing or changed), else None: a page names
+    the checkout's commit, so a copy of another version must not be built into it. Cells a runner added (papermill's
+    injected parameters) are allowed."""
+    ran = {c.get("id"): c.source for c in nbformat.read(executed, as_version=4).cells}
+    for i, cell in enumerate(nbformat.read(lesson, as_version=4).cells):
+        if ran.get(cell.get("id")) != cell.source:
+            return f"cell {i} ({cell.source.strip().splitlines()[0][:60] if cell.source.strip() else 'empty'!r})"
+    return None
+
+
 def provenance(nb, commit: str) -> str:
     """The line each lesson's page opens with: the commit, release and device its outputs came from."""
     for cell in nb.cells:
@@ -191,6 +202,11 @@ def build(executed: Path, shots: Path, out: Path, quiet: bool = True) -> Path:
     missing = [p.name for p in lessons() if executed_copy(executed, p) is None]
     if missing:
         raise BookError(f"no executed copy of {', '.join(missing)} in {executed}: run the tests (README) or fullrun first")
+    stale = {p.name: differs(p, executed_copy(executed, p)) for p in lessons()}
+    stale = {name: where for name, where in stale.items() if where}
+    if stale:
+        raise BookError("executed copies of another version of the lessons (commit " + commit + " has other cells): "
+                        + "; ".join(f"{name}: {where}" for name, where in stale.items()) + ". Run them again.")
     for lesson in lessons():
         nbformat.write(lesson_page(executed_copy(executed, lesson), lesson, shots, src / "images", commit),
                        src / lesson.name)
