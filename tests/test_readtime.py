@@ -23,7 +23,8 @@ TABLE = ("<table><thead><tr><th>policy</th><th>compiles</th></tr></thead><tbody>
 def test_output_counts_read_lines_rows_ledgers_and_figures_as_shown():
     assert readtime.output_counts(code("x", outputs=[out("stream", name="stdout", text="a\n\nb\n"),
                                                     out("stream", name="stderr", text="W1204 warning\n")])) == {"lines": 3}
-    assert readtime.output_counts(code("x", outputs=[_html(TABLE)])) == {"table_rows": 3}
+    assert readtime.output_counts(code("x", outputs=[_html(TABLE)])) == {"table_rows": 3, "table_cells": 6}
+    assert readtime.output_counts(code("x", outputs=[_html(TABLE.replace("<td>2</td>", "<td></td>"))]))["table_cells"] == 5
     ledger = "<b>Claims ledger: 00</b> (PyTorch 2.13)" + TABLE.replace("policy", "topic")
     assert readtime.output_counts(code("x", outputs=[_html(ledger)])) == {"ledger_rows": 3}
     fold = "<pre>first line</pre><details><summary>the other 160 lines</summary><pre>" + "log\n" * 160 + "</pre></details>"
@@ -57,12 +58,12 @@ def _lesson():
 
 
 def test_lesson_time_adds_outputs_self_checks_and_try_runs_to_their_part():
-    outputs = {"c1": {"lines": 12}, "c6": {"table_rows": 15, "figures": 1}}
+    outputs = {"c1": {"lines": 12}, "c6": {"table_rows": 15, "table_cells": 45, "figures": 1}}
     t = readtime.lesson_time(_lesson(), run_seconds=0, outputs=outputs)
     assert (t.lines, t.table_rows, t.self_checks, t.try_runs, t.bench) == (12, 0, 2, 3, True)
     assert (t.further_table_rows, t.further_figures, t.further_try_runs, t.further_bench) == (15, 1, 1, True)
     assert math.isclose(t.main.output_minutes, 12 * readtime.OUTPUT_LINE_SECONDS / 60)
-    assert math.isclose(t.further.output_minutes, (15 * readtime.TABLE_ROW_SECONDS + readtime.FIGURE_SECONDS) / 60)
+    assert math.isclose(t.further.output_minutes, (45 * readtime.TABLE_CELL_SECONDS + readtime.FIGURE_SECONDS) / 60)
     words = t.words / readtime.WORDS_PER_MINUTE
     assert t.minutes == math.ceil(words + 2 / 30 + 1 + 2 * 0.5 + readtime.BENCH_MINUTES + 3 * readtime.TRY_MINUTES)
     assert readtime.stated_minutes(f"**Time:** {t.summary()}.") == t.minutes

@@ -6,8 +6,10 @@ A lesson's time is what a careful reader spends on its main path, the cells befo
 - code: its non-blank code lines at ``CODE_LINES_PER_MINUTE`` (a learner reads what the cell runs, with its
   comments, but does not study it line by line: 2 s a line);
 - outputs: what the run printed, as a reader reads it: lines of text and log (``OUTPUT_LINE_SECONDS`` each: each
-  carries a figure or a guard to find and check against the prose), rows of a table (``TABLE_ROW_SECONDS``), rows of
-  the claims ledger (``LEDGER_ROW_SECONDS``: a claim, the source's figure, the measured one, the verdict), figures
+  carries a figure or a guard to find and check against the prose), the filled cells of a table's rows
+  (``TABLE_CELL_SECONDS`` each: a row of seven figures takes longer than a row of two, and a side-by-side listing of
+  two kernels is read as code), rows of the claims ledger (``LEDGER_ROW_SECONDS``: a claim, the source's figure, the
+  measured one, the verdict), figures
   (``FIGURE_SECONDS``); a folded log counts its visible summary line only (opening it is Going-further reading), a
   widget nothing (the bench is counted below). Counted from an executed copy of the lesson (tests/test_notebooks.py
   keeps one under test-artifacts/executed/) and kept, per cell id, in ``RECORD`` (``--record`` rewrites it), so a
@@ -38,7 +40,7 @@ from pathlib import Path
 WORDS_PER_MINUTE = 200
 CODE_LINES_PER_MINUTE = 30
 OUTPUT_LINE_SECONDS = 5
-TABLE_ROW_SECONDS = 8
+TABLE_CELL_SECONDS = 2
 LEDGER_ROW_SECONDS = 15
 FIGURE_SECONDS = 20
 PROMPT_MINUTES = 1
@@ -56,7 +58,7 @@ SELF_CHECK_QUESTION = re.compile(r"<details>\s*<summary>", re.I)
 TRY = re.compile(r"\bTry:\s*(.*)", re.S)
 FURTHER_RUN = re.compile(r"\bthen\b|\bagainst\b|\bwith and without\b|→", re.I)
 RECORD = Path(__file__).with_name("readtime_outputs.json")  # what each lesson's cells printed, per cell id
-OUTPUT_KINDS = ("lines", "table_rows", "ledger_rows", "figures")
+OUTPUT_KINDS = ("lines", "table_rows", "table_cells", "ledger_rows", "figures")
 _HTML = re.compile(r"<[^>]+>")
 _WORD = re.compile(r"[\w`'’-]+")
 
@@ -71,6 +73,7 @@ class Part:
     self_checks: int = 0
     lines: int = 0          # lines of printed text and log
     table_rows: int = 0
+    table_cells: int = 0    # the filled cells of those rows
     ledger_rows: int = 0
     figures: int = 0
     try_runs: int = 0
@@ -78,7 +81,7 @@ class Part:
 
     @property
     def output_minutes(self) -> float:
-        return (self.lines * OUTPUT_LINE_SECONDS + self.table_rows * TABLE_ROW_SECONDS
+        return (self.lines * OUTPUT_LINE_SECONDS + self.table_cells * TABLE_CELL_SECONDS
                 + self.ledger_rows * LEDGER_ROW_SECONDS + self.figures * FIGURE_SECONDS) / 60
 
     @property
@@ -124,7 +127,7 @@ class LessonTime:
         bench = (f", the bench and its {m.try_runs} \"Try:\" runs {m.bench_minutes:.0f}" if m.bench else "")
         return (f"{self.minutes} minutes, measured: {m.words:,} words of prose {m.words / WORDS_PER_MINUTE:.0f}, "
                 f"{m.code_lines} lines of code {m.code_lines / CODE_LINES_PER_MINUTE:.0f}, the outputs "
-                f"({m.lines} lines, {m.table_rows} table rows, {m.ledger_rows} ledger rows, {m.figures} "
+                f"({m.lines} lines, {m.table_rows} table rows of {m.table_cells} cells, {m.ledger_rows} ledger rows, {m.figures} "
                 f"{'figure' if m.figures == 1 else 'figures'}) {m.output_minutes:.0f}, {prompts}{checks} "
                 f"{m.prompts * PROMPT_MINUTES + m.self_checks * SELF_CHECK_MINUTES:.0f}{bench}, and "
                 f"{self.run_seconds:.0f} s to run at CI size on a CPU{further}")
@@ -163,8 +166,9 @@ def _visible_lines(text: str) -> int:
 
 
 def output_counts(cell) -> dict:
-    """What a reader reads of an executed code cell's outputs: ``{"lines", "table_rows", "ledger_rows",
-    "figures"}`` (zeros left out). A folded log (``<details>``) counts its summary line only; a widget nothing."""
+    """What a reader reads of an executed code cell's outputs: ``{"lines", "table_rows", "table_cells",
+    "ledger_rows", "figures"}`` (zeros left out). A folded log (``<details>``) counts its summary line only; a widget
+    nothing."""
     counts = dict.fromkeys(OUTPUT_KINDS, 0)
     for out in cell.get("outputs", []):
         kind = out.get("output_type")
@@ -183,8 +187,14 @@ def output_counts(cell) -> dict:
                 page = re.sub(r"<(style|script)\b.*?</\1>", " ", page, flags=re.S | re.I)
                 page = re.sub(r"<details\b[^>]*>\s*(<summary>.*?</summary>).*?</details>", r"<br>\1<br>", page,
                               flags=re.S | re.I)
-                rows = len(re.findall(r"<tr\b", page, re.I)) - len(re.findall(r"<thead\b", page, re.I))
-                counts["ledger_rows" if "Claims ledger" in page else "table_rows"] += max(rows, 0)
+                body = re.sub(r"<thead\b.*?</thead>", " ", page, flags=re.S | re.I)
+                rows = re.findall(r"<tr\b.*?</tr>", body, flags=re.S | re.I)
+                if "Claims ledger" in page:
+                    counts["ledger_rows"] += len(rows)
+                else:
+                    counts["table_rows"] += len(rows)
+                    counts["table_cells"] += sum(1 for row in rows for cell in re.findall(
+                        r"<td\b[^>]*>(.*?)</td>", row, flags=re.S | re.I) if _HTML.sub("", cell).strip())
                 rest = re.sub(r"<table\b.*?</table>", "\n", page, flags=re.S | re.I)
                 rest = re.sub(r"<br\s*/?>|</p>|</li>|</h\d>|</div>", "\n", rest, flags=re.I)
                 lines = _visible_lines(_html.unescape(_HTML.sub("", rest)))
