@@ -84,8 +84,11 @@ def test_predictions_are_on_record_and_prompts_open_their_cells(path):
     assert prompts, f"{path.stem} asks for no prediction"
     for c in prompts:
         assert c.source.lstrip().startswith(PROMPT), f"{path.stem}: a prompt must open its cell: {c.source[:80]!r}"
-    for name in re.findall(r"^(predicted\w*) = \.\.\.", code, flags=re.M):
+    names = re.findall(r"^(predicted\w*) = \.\.\.", code, flags=re.M)
+    for name in names:
         assert re.search(rf"S\.reveal\({name},", code), f"{path.stem}: {name} is never compared with the run"
+    # each prompt its own name: a name used twice records the earlier prompt's answer when its cell is skipped
+    assert len(names) == len(set(names)), f"{path.stem}: prompts share a name: {sorted({n for n in names if names.count(n) > 1})}"
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=_id)

@@ -125,18 +125,28 @@ def _variant_marks(options: dict, n_tensors: int) -> list[Mark]:
     return [Mark(0, "dynamic", arg=i) for i in range(n_tensors)] if options.get("mark_dynamic") else []
 
 
+class HatchRows(list):
+    """``compare_hatches``' rows, one per variant, and ``warm``: each variant's warm-call ``Timing`` by its label
+    (the variants that ran), for the course's timing rule (``timing.compare``)."""
+
+    def __init__(self, rows=(), warm=None):
+        super().__init__(rows)
+        self.warm = dict(warm or {})
+
+
 def compare_hatches(fn: Callable, calls: Sequence[tuple], *, variants=HATCH_VARIANTS, backend: str = "eager",
-                    min_run_time: float = 0.1, threads: int | None = 1) -> list[dict]:
+                    min_run_time: float = 0.1, threads: int | None = 1) -> HatchRows:
     """Serve ``calls`` under each hatch variant; one row each: graphs, equal to eager, runtime checks, call time.
 
     ``variants`` are ``(label, hatch, options)`` with options ``dynamic`` and ``mark_dynamic``
     (mark dimension 0 of every tensor argument). A variant that raises shows the error's first
     line instead of numbers. The warm call is timed on the last call's inputs with torch's
-    ``torch.utils.benchmark.Timer`` (``time_warm``, for ``min_run_time`` seconds): its median and IQR.
+    ``torch.utils.benchmark.Timer`` (``time_warm``, for ``min_run_time`` seconds): its median and IQR, and the
+    ``Timing`` itself in the result's ``warm``.
     """
     calls = [as_args(c) for c in calls]
     n = sum(isinstance(a, torch.Tensor) for a in calls[0])
-    rows = []
+    rows = HatchRows()
     for label, hatch, options in variants:
         marks = _variant_marks(options, n)
         row = {"variant": label, "counts": "-", "outcome": "", "runtime asserts in graph": "-", "warm call": "-"}
@@ -149,6 +159,7 @@ def compare_hatches(fn: Callable, calls: Sequence[tuple], *, variants=HATCH_VARI
             row["runtime asserts in graph"] = len(asserts)
             warm = _warm_time(fn, calls[-1], hatch, marks, options, backend, min_run_time, threads)
             row["warm call"] = f"{fmt_seconds(warm.median)} (IQR {fmt_seconds(warm.spread)})"
+            rows.warm[label] = warm
         except Exception as e:  # the row says what went wrong; the other variants still run
             row["outcome"] = "error: " + error_line(e)
         rows.append(row)
