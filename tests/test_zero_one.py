@@ -157,15 +157,24 @@ def test_bench_from_controls():
     assert bench.click() is False and "not a whole number" in bench.status.value
     bench.set(warmup="8, 16", batch="one")  # typed text is refused with a message, not dropped in silence
     assert bench.click() is False
-    assert "serve batch must be one whole number from 0 to 256, got 'one'" in html.unescape(bench.status.value)
+    assert "serve batch must be whole numbers from 0 to 256, separated by commas, got 'one'" in html.unescape(bench.status.value)
     assert bench.is_stale("compiles")
 
 
 def test_serve_batch_box_takes_0_to_256_and_refuses_the_rest():
-    assert [Z.serve_batch(v) for v in ("0", " 1 ", "256", 7)] == [0, 1, 256, 7]
-    for bad in ("", "-1", "1.5", "257", "one", "1, 2"):
-        with pytest.raises(ValueError, match="serve batch must be one whole number"):
-            Z.serve_batch(bad)
+    assert [Z.serve_batches(v) for v in ("0", " 1 ", "256", 7, "1, 5,32")] == [[0], [1], [256], [7], [1, 5, 32]]
+    for bad in ("", "-1", "1.5", "257", "one", "1,", "1, x"):
+        with pytest.raises(ValueError, match="serve batch must be whole numbers from 0 to 256"):
+            Z.serve_batches(bad)
+
+
+def test_the_bench_tries_a_warm_up_rule_on_every_size_it_must_cover():
+    """Lesson 02 asks for the smallest warm-up that leaves nothing to compile (#36: its bench served one batch, so
+    the rule could not be tried): several serve batches in one run, each first request said compiled or not."""
+    right = str(Z.run_bench("1, 8", [1, 5, 32], None, "off", "eager", width=8, repeats=1)["latency"])
+    assert right.count("no compile: it reused a graph") == 3 and "it compiled" not in right, right
+    wrong = str(Z.run_bench("8, 1", [1, 5, 32], None, "off", "eager", width=8, repeats=1)["latency"])
+    assert "first batch-1 request" in wrong and "first batch-5 request" in wrong and "it compiled" in wrong, wrong
 
 
 # --- the lesson notebook: glass box, predictions before answers, the take-home cell -----------------
