@@ -57,7 +57,15 @@ def test_each_prompt_comes_before_its_experiment_and_predictions_are_on_record()
         assert not re.search(r"static first|dynamic after|\bonce\b|\btwice\b", h, re.I), h
 
 
-def test_self_check_says_when_the_job_id_profile_carries_over():
-    selfcheck = next(c.source for c in _cells() if c.source.startswith("## Self-check"))
-    assert "even a new process remembers" not in selfcheck
-    assert "notebook cell" in selfcheck and ".py" in selfcheck
+def test_going_further_says_when_the_job_id_profile_carries_over_and_the_self_check_does_not():
+    """Going further asks what a re-run cell and a second process compile; the self-check, above it, must not answer
+    it (issue 35: its answer gave away two of that part's prompts). Going further's own explanation says both
+    halves: a .py function carries over, a notebook cell's does not."""
+    cells = _cells()
+    selfcheck = next(i for i, c in enumerate(cells) if c.source.startswith("## Self-check"))
+    further = next(i for i, c in enumerate(cells) if c.source.startswith("## Going further"))
+    above = "\n".join(c.source for c in cells[selfcheck:further] if c.cell_type == "markdown")
+    assert "TORCH_COMPILE_JOB_ID" not in above and "ran a cell twice" not in above
+    memory = "\n".join(c.source for c in cells[further:] if c.cell_type == "markdown")
+    assert "even a new process remembers" not in memory
+    assert "notebook cell" in memory and ".py" in memory and "TORCH_COMPILE_JOB_ID" in memory

@@ -152,3 +152,51 @@ def test_every_concept_prompt_names_wrong_answers_of_its_kind(path):
     assert not missing, f"{path.name}: concept prompts without 1-3 wrong answers: {missing}"
     lesson = manifest.load().lesson(path.stem)
     assert all(p.ideas for p in lesson.prompts if p.concept), "manifest.json lacks the ideas: python -m shapelab.room.manifest"
+
+
+# --- the reveal's own rule: answers compared by value (issue 35) -------------------------------------------------
+
+@pytest.mark.parametrize("predicted, measured, agrees", [
+    ([0, 1024], "[0, 1024]", True), ("[0, 1024]", [0, 1024], True), ("3", 3, True), (3, " 3 ", True),
+    ((1, 2), [1, 2], True), (" Dynamic ", "dynamic", True), ("true", True, True), ("False", False, True),
+    ({"a": "True"}, {"a": True}, True), ({"Int argument"}, {"int argument"}, True),
+    (1, True, False), (0, False, False), ([1, 2], "[1, 3]", False), ("static", "dynamic", False)])
+def test_reveal_compares_an_answer_by_its_value(predicted, measured, agrees, capsys):
+    """A list and its text, a number and its text are one answer (lesson 05 printed "You predicted [0, 1024]; the
+    run measured '[0, 1024]' ...: not what you predicted"); a truth value is not the number 1 or 0."""
+    assert S.reveal(predicted, measured, "graphs") is agrees
+    assert ("as you predicted" if agrees else "not what you predicted") in capsys.readouterr().out
+
+
+def test_a_reveal_that_ends_a_cell_shows_no_stray_truth_value(capsys):
+    """Written predictions, as a learner runs the cells: the reveal's line is printed, its return value is not shown
+    as the cell's output (it was, under 18 reveal cells); a cell's own last value still is, and scripts get it."""
+    import builtins
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.enabled = False
+    had = set(vars(builtins))
+    shell = InteractiveShell.instance(config=config)
+    cells = ["import shapelab as S\npredicted_made_up = 3",
+             "S.reveal(predicted_made_up, 1 + 2, 'graphs')",                       # agrees: True not shown
+             "S.reveal(predicted_made_up, [\n    4,\n], 'graphs')",                # over lines, disagrees: no False
+             "S.reveal(predicted_made_up, 3, 'graphs')\n2 > 1",                    # the cell's own last value: shown
+             "S.reveal(predicted_made_up, 3, 'graphs'); 'x'",                     # likewise, on the reveal's line
+             "def f():\n    return S.reveal(predicted_made_up, 3, 'graphs')\nf()"]  # a function's value: shown
+    try:
+        outs = []
+        for cell in cells:
+            shell.run_cell(cell, store_history=True)
+            outs.append(capsys.readouterr().out)
+    finally:
+        InteractiveShell.clear_instance()
+        for name in set(vars(builtins)) - had:
+            delattr(builtins, name)
+    assert outs[1].strip().endswith("as you predicted.") and "True" not in outs[1], outs[1]
+    assert outs[2].strip().endswith("not what you predicted.") and "False" not in outs[2], outs[2]
+    assert outs[3].strip().endswith("True"), outs[3]
+    assert outs[4].strip().endswith("'x'"), outs[4]
+    assert outs[5].strip().endswith("True"), outs[5]

@@ -125,18 +125,28 @@ def _variant_marks(options: dict, n_tensors: int) -> list[Mark]:
     return [Mark(0, "dynamic", arg=i) for i in range(n_tensors)] if options.get("mark_dynamic") else []
 
 
+class HatchRows(list):
+    """``compare_hatches``' rows, one per variant, and ``warm``: each variant's warm-call ``Timing`` by its label
+    (the variants that ran), for the course's timing rule (``timing.compare``)."""
+
+    def __init__(self, rows=(), warm=None):
+        super().__init__(rows)
+        self.warm = dict(warm or {})
+
+
 def compare_hatches(fn: Callable, calls: Sequence[tuple], *, variants=HATCH_VARIANTS, backend: str = "eager",
-                    min_run_time: float = 0.1, threads: int | None = 1) -> list[dict]:
+                    min_run_time: float = 0.1, threads: int | None = 1) -> HatchRows:
     """Serve ``calls`` under each hatch variant; one row each: graphs, equal to eager, runtime checks, call time.
 
     ``variants`` are ``(label, hatch, options)`` with options ``dynamic`` and ``mark_dynamic``
     (mark dimension 0 of every tensor argument). A variant that raises shows the error's first
     line instead of numbers. The warm call is timed on the last call's inputs with torch's
-    ``torch.utils.benchmark.Timer`` (``time_warm``, for ``min_run_time`` seconds): its median and IQR.
+    ``torch.utils.benchmark.Timer`` (``time_warm``, for ``min_run_time`` seconds): its median and IQR, and the
+    ``Timing`` itself in the result's ``warm``.
     """
     calls = [as_args(c) for c in calls]
     n = sum(isinstance(a, torch.Tensor) for a in calls[0])
-    rows = []
+    rows = HatchRows()
     for label, hatch, options in variants:
         marks = _variant_marks(options, n)
         row = {"variant": label, "counts": "-", "outcome": "", "runtime asserts in graph": "-", "warm call": "-"}
@@ -149,6 +159,7 @@ def compare_hatches(fn: Callable, calls: Sequence[tuple], *, variants=HATCH_VARI
             row["runtime asserts in graph"] = len(asserts)
             warm = _warm_time(fn, calls[-1], hatch, marks, options, backend, min_run_time, threads)
             row["warm call"] = f"{fmt_seconds(warm.median)} (IQR {fmt_seconds(warm.spread)})"
+            rows.warm[label] = warm
         except Exception as e:  # the row says what went wrong; the other variants still run
             row["outcome"] = "error: " + error_line(e)
         rows.append(row)
@@ -231,54 +242,62 @@ class _Panel:
 POLICIES = (("None (default)", None), ("True", True), ("False", False))
 
 
-def run_bench(warmup: str = "8, 16", batch: int = 1, policy: bool | None = None, hatch: str = "off",
+def run_bench(warmup: str = "8, 16", batch: int | Sequence[int] = 1, policy: bool | None = None, hatch: str = "off",
               backend: str = "eager", width: int = 16, repeats: int = 5, threads: int | None = 1) -> dict:
-    """Serve the warm-up batches, then ``batch`` once cold and ``repeats`` times warm.
+    """Serve the warm-up batches, then each serve batch (one size, or several in turn) once cold and ``repeats``
+    times warm: a warm-up rule is tried on every size it must cover in one run.
 
     Returns the bench panes: "compiles" and "reasons" (from ``record_panes``), "latency"
-    (each call's time, the first request of ``batch`` against the warm ones) and "shapes".
+    (each call's time, each serve batch's first request against its warm ones) and "shapes".
     ``threads`` as in ``serve_bite``. Bad sizes raise ``ValueError`` with a message the bench shows.
     """
     from ..labkit.widgets import record_panes
 
     sizes = parse_sizes(warmup) if str(warmup).strip() else []
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
+    served = [batch] if isinstance(batch, int) and not isinstance(batch, bool) else list(batch)
+    if not served or any(isinstance(b, bool) or not isinstance(b, int) or b < 0 for b in served):
         raise ValueError(f"the batch size must be a whole number >= 0, got {batch!r}")
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
     model = make_model(width)
-    calls = [make_tensor((b, width), seed=i) for i, b in enumerate(sizes + [batch] * (1 + repeats))]
+    order = sizes + [b for b in served for _ in range(1 + repeats)]
+    calls = [make_tensor((b, width), seed=i) for i, b in enumerate(order)]
     with isolated(), torch.no_grad():
         _set_threads(threads)
         rec = observe_hatch(model, calls, hatch, dynamic=policy, backend=backend)
     panes = record_panes(rec)
+    firsts = {len(sizes) + k * (1 + repeats) for k in range(len(served))}
     rows = []
     for c in rec.calls:
-        role = "warm-up" if c.index < len(sizes) else ("first request" if c.index == len(sizes) else "warm request")
+        role = "warm-up" if c.index < len(sizes) else ("first request" if c.index in firsts else "warm request")
         rows.append({"call": c.index, "batch": c.shapes[0][0], "role": role,
                      "compiled": "yes" if c.new_compiles else "", "time": fmt_seconds(c.seconds)})
-    first = rec.calls[len(sizes)]
-    warm = Timing(tuple(c.seconds for c in rec.calls[len(sizes) + 1:]))
-    verdict = "it compiled" if first.new_compiles else "no compile: it reused a graph"
-    summary = (f"first batch-{batch} request: {fmt_seconds(first.seconds)} ({verdict}); "
-               f"warm: {fmt_seconds(warm.median)} median of {len(warm.samples)}")
-    return {"compiles": panes["compiles"], "reasons": panes["reasons"], "latency": _Panel(summary, rows),
+    parts = []
+    for k, b in enumerate(served):
+        first = len(sizes) + k * (1 + repeats)
+        warm = Timing(tuple(c.seconds for c in rec.calls[first + 1:first + 1 + repeats]))
+        verdict = "it compiled" if rec.calls[first].new_compiles else "no compile: it reused a graph"
+        parts.append(f"first batch-{b} request: {fmt_seconds(rec.calls[first].seconds)} ({verdict}); "
+                     f"warm: {fmt_seconds(warm.median)} median of {len(warm.samples)}")
+    return {"compiles": panes["compiles"], "reasons": panes["reasons"], "latency": _Panel(" | ".join(parts), rows),
             "shapes": panes["shapes"]}
 
 
 MAX_SERVE_BATCH = 256
 
 
-def serve_batch(text) -> int:
-    """The bench's "serve batch" box: one whole number from 0 to ``MAX_SERVE_BATCH`` (0 and 1 are allowed on purpose)."""
-    value = str(text).strip()
-    if not value.isdigit() or int(value) > MAX_SERVE_BATCH:
-        raise ValueError(f"serve batch must be one whole number from 0 to {MAX_SERVE_BATCH}, got {text!r}")
-    return int(value)
+def serve_batches(text) -> list[int]:
+    """The bench's "serve batch" box: one or more whole numbers from 0 to ``MAX_SERVE_BATCH``, separated by commas
+    (0 and 1 are allowed on purpose; several sizes try a warm-up rule on each of them in one run)."""
+    values = [v.strip() for v in str(text).split(",")]
+    if not all(v.isdigit() and int(v) <= MAX_SERVE_BATCH for v in values):
+        raise ValueError(f"serve batch must be whole numbers from 0 to {MAX_SERVE_BATCH}, separated by commas, "
+                         f"got {text!r}")
+    return [int(v) for v in values]
 
 
 def build_bench(warmup: str = "8, 16", batch: int = 1, backend: str = "eager", width: int = 16):
-    """The lesson's lab bench: warm-up batches, the batch to serve (typed: any of 0 to 256), policy, escape hatch.
+    """The lesson's lab bench: warm-up batches, the batches to serve (typed: one or more of 0 to 256), policy, hatch.
 
     The serve batch is a text box, not a slider: a slider's track had no room beside its label at
     1280 x 800, it dropped typed text without a word, and its bound at 0 read as a clamp when 0 is
@@ -287,13 +306,13 @@ def build_bench(warmup: str = "8, 16", batch: int = 1, backend: str = "eager", w
     from ..labkit.widgets import LabBench, dropdown, text
 
     def run(warmup, batch, policy, hatch, backend):
-        return run_bench(warmup, serve_batch(batch), policy, hatch, backend, width=width)
+        return run_bench(warmup, serve_batches(batch), policy, hatch, backend, width=width)
 
     return LabBench(
         "Batch 1 after a warm-up",
         {
             "warmup": text("warm-up batches", warmup),
-            "batch": text("serve batch (0 and 1 are special)", str(serve_batch(batch))),
+            "batch": text("serve batch (0 and 1 are special)", ", ".join(map(str, serve_batches(batch)))),
             "policy": dropdown("dynamic=", list(POLICIES), None),
             "hatch": dropdown("escape hatch", list(HATCHES), "off"),
             "backend": dropdown("backend", ["eager", "aot_eager", "inductor"], backend),
