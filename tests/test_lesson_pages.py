@@ -302,8 +302,9 @@ def test_readtime_counts_prose_code_prompts_and_bench_and_splits_off_going_furth
     # a post question is a prompt (a minute to think and write); naming one in prose is not
     assert (t.prompts, t.bench, t.code_lines, t.further_prompts, t.further_code_lines) == (2, True, 31, 1, 30)
     assert 400 < t.words < 440 and 200 <= t.further_words <= 205
-    # 2 min of prose + 31/30 min of code + 2 prompts + 3 for the bench + 0.5 min run, rounded up
-    assert t.minutes == math.ceil(t.words / 200 + 31 / 30 + 2 + 3 + 0.5) == 9
+    # 2 min of prose + 31/30 min of code + 2 prompts + a folded self-check question (0.5) + 1 for the bench (no
+    # "Try:" list) + 0.5 min run, rounded up; outputs: tests/test_readtime.py
+    assert t.minutes == math.ceil(t.words / 200 + 31 / 30 + 2 + 0.5 + 1 + 0.5) == 8
     assert t.further_minutes == math.ceil(t.further_words / 200 + 1 + 1)
     cells[0].source = f"# T\n\n**Time:** {t.summary()}. More."
     assert readtime.stated_minutes(cells[0].source) == t.minutes

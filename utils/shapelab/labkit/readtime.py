@@ -1,13 +1,26 @@
-"""How long a lesson takes, measured from the notebook (DESIGN.md, "Anatomy of a lesson").
+"""How long a lesson takes, measured from the notebook and its run (DESIGN.md, "Anatomy of a lesson").
 
-A lesson's time is what a learner spends on its main path, the cells before its "Going further" heading:
+A lesson's time is what a careful reader spends on its main path, the cells before its "Going further" heading:
 
 - prose: the words of its markdown at ``WORDS_PER_MINUTE``;
 - code: its non-blank code lines at ``CODE_LINES_PER_MINUTE`` (a learner reads what the cell runs, with its
   comments, but does not study it line by line: 2 s a line);
+- outputs: what the run printed, as a reader reads it: lines of text and log (``OUTPUT_LINE_SECONDS`` each: each
+  carries a figure or a guard to find and check against the prose), the filled cells of a table's rows
+  (``TABLE_CELL_SECONDS`` each: a row of seven figures takes longer than a row of two, and a side-by-side listing of
+  two kernels is read as code), rows of the claims ledger (``LEDGER_ROW_SECONDS``: a claim, the source's figure, the
+  measured one, the verdict), figures
+  (``FIGURE_SECONDS``); a folded log counts its visible summary line only (opening it is Going-further reading), a
+  widget nothing (the bench is counted below). Counted from an executed copy of the lesson (tests/test_notebooks.py
+  keeps one under test-artifacts/executed/) and kept, per cell id, in ``RECORD`` (``--record`` rewrites it), so a
+  fresh clone measures what the last run printed; the lesson's nbval test fails when the record no longer matches;
 - prompts: ``PROMPT_MINUTES`` for each "Predict first" and each self-check "Post question" (thinking and writing
-  the answer down takes the same minute for both);
-- the bench: ``BENCH_MINUTES`` for a lesson that has one (a few settings tried, the panes read);
+  the answer down takes the same minute for both), ``SELF_CHECK_MINUTES`` for each self-check question whose answer
+  is folded (``<details><summary>``: a reader answers it in their head before opening it);
+- the bench: ``BENCH_MINUTES`` to read it as it first shows (controls, panes), and ``TRY_MINUTES`` for each run
+  its "Try:" sentence asks for (set the controls, press Run, read the panes against the question): its items,
+  separated by ";" or bullets, each one run plus one for each further setting it names ("then", "against",
+  "with and without", "→");
 - the run: the seconds the lesson took to execute at CI size on a CPU (tests/test_notebooks.py records them
   in test-artifacts/timings.jsonl; without a record, the CI budget of ``RUN_BUDGET_S``, its upper bound).
 
@@ -16,58 +29,107 @@ INSTRUCTOR.md); the title cell states the total and tests/test_lesson_pages.py f
 """
 from __future__ import annotations
 
+import html as _html
 import json
 import math
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 WORDS_PER_MINUTE = 200
 CODE_LINES_PER_MINUTE = 30
+OUTPUT_LINE_SECONDS = 5
+TABLE_CELL_SECONDS = 2
+LEDGER_ROW_SECONDS = 15
+FIGURE_SECONDS = 20
 PROMPT_MINUTES = 1
-BENCH_MINUTES = 3
+SELF_CHECK_MINUTES = 0.5
+BENCH_MINUTES = 1
+TRY_MINUTES = 1
 RUN_BUDGET_S = 60
-MAIN_PATH_MINUTES = 35  # what a lesson's main path must fit
+MAIN_PATH_MINUTES = 45  # what a lesson's main path must fit (DESIGN.md, "Going further")
 PROMPT = "> **Predict first.**"
 POST_QUESTION = "> **Post question.**"
 PROMPTS = (PROMPT, POST_QUESTION)  # the markdown openings that ask the learner to write an answer down
 GOING_FURTHER = re.compile(r"^\s{0,3}#{1,6}\s.*going further", re.I)
 LAB_BENCH = re.compile(r"^\s{0,3}#{1,6}\s(?:\d+\.\s*)?lab bench", re.I)
+SELF_CHECK_QUESTION = re.compile(r"<details>\s*<summary>", re.I)
+TRY = re.compile(r"\bTry:\s*(.*)", re.S)
+FURTHER_RUN = re.compile(r"\bthen\b|\bagainst\b|\bwith and without\b|→", re.I)
+RECORD = Path(__file__).with_name("readtime_outputs.json")  # what each lesson's cells printed, per cell id
+OUTPUT_KINDS = ("lines", "table_rows", "table_cells", "ledger_rows", "figures")
 _HTML = re.compile(r"<[^>]+>")
 _WORD = re.compile(r"[\w`'’-]+")
 
 
 @dataclass
-class LessonTime:
-    """The figures behind one lesson's time; ``minutes`` for the main path, ``further_minutes`` after it."""
+class Part:
+    """What a reader meets in one part of a lesson (its main path, or *Going further*)."""
 
-    words: int
-    code_lines: int
-    prompts: int
-    bench: bool
+    words: int = 0
+    code_lines: int = 0
+    prompts: int = 0
+    self_checks: int = 0
+    lines: int = 0          # lines of printed text and log
+    table_rows: int = 0
+    table_cells: int = 0    # the filled cells of those rows
+    ledger_rows: int = 0
+    figures: int = 0
+    try_runs: int = 0
+    bench: bool = False
+
+    @property
+    def output_minutes(self) -> float:
+        return (self.lines * OUTPUT_LINE_SECONDS + self.table_cells * TABLE_CELL_SECONDS
+                + self.ledger_rows * LEDGER_ROW_SECONDS + self.figures * FIGURE_SECONDS) / 60
+
+    @property
+    def bench_minutes(self) -> float:
+        return (BENCH_MINUTES if self.bench else 0) + self.try_runs * TRY_MINUTES
+
+    @property
+    def reading_minutes(self) -> float:
+        """Everything but the run: prose, code, outputs, prompts, the bench."""
+        return (self.words / WORDS_PER_MINUTE + self.code_lines / CODE_LINES_PER_MINUTE + self.output_minutes
+                + self.prompts * PROMPT_MINUTES + self.self_checks * SELF_CHECK_MINUTES + self.bench_minutes)
+
+
+@dataclass
+class LessonTime:
+    """The figures behind one lesson's time: ``minutes`` for the main path, ``further_minutes`` after it."""
+
+    main: Part
     run_seconds: float
-    further_words: int = 0
-    further_code_lines: int = 0
-    further_prompts: int = 0
+    further: Part
+
+    def __getattr__(self, name):   # t.words, t.prompts, t.bench ...: the main path's; t.further_words: Going further's
+        if name.startswith("further_") and name[8:] in {f.name for f in fields(Part)}:
+            return getattr(self.further, name[8:])
+        if name in {f.name for f in fields(Part)} | {"output_minutes", "bench_minutes"}:
+            return getattr(self.main, name)
+        raise AttributeError(name)
 
     @property
     def minutes(self) -> int:
-        return math.ceil(self.words / WORDS_PER_MINUTE + self.code_lines / CODE_LINES_PER_MINUTE
-                         + self.prompts * PROMPT_MINUTES + (BENCH_MINUTES if self.bench else 0)
-                         + self.run_seconds / 60)
+        return math.ceil(self.main.reading_minutes + self.run_seconds / 60)
 
     @property
     def further_minutes(self) -> int:
-        return math.ceil(self.further_words / WORDS_PER_MINUTE + self.further_code_lines / CODE_LINES_PER_MINUTE
-                         + self.further_prompts * PROMPT_MINUTES)
+        return math.ceil(self.further.reading_minutes)
 
     def summary(self) -> str:
         """The sentence a title cell states (its first number is ``minutes``)."""
+        m = self.main
         further = f"; *Going further* adds about {self.further_minutes}" if self.further_minutes else ""
-        return (f"{self.minutes} minutes, measured: {self.words:,} words of prose at {WORDS_PER_MINUTE} a minute, "
-                f"{self.code_lines} lines of code at {CODE_LINES_PER_MINUTE} a minute, {self.prompts} "
-                f"{'prompt' if self.prompts == 1 else 'prompts'} at {PROMPT_MINUTES} minute each, {BENCH_MINUTES if self.bench else 0} for the bench and "
+        prompts = f"{m.prompts} {'prompt' if m.prompts == 1 else 'prompts'}"
+        checks = f" and {m.self_checks} self-check questions" if m.self_checks else ""
+        bench = (f", the bench and its {m.try_runs} \"Try:\" runs {m.bench_minutes:.0f}" if m.bench else "")
+        return (f"{self.minutes} minutes, measured: {m.words:,} words of prose {m.words / WORDS_PER_MINUTE:.0f}, "
+                f"{m.code_lines} lines of code {m.code_lines / CODE_LINES_PER_MINUTE:.0f}, the outputs "
+                f"({m.lines} lines, {m.table_rows} table rows of {m.table_cells} cells, {m.ledger_rows} ledger rows, {m.figures} "
+                f"{'figure' if m.figures == 1 else 'figures'}) {m.output_minutes:.0f}, {prompts}{checks} "
+                f"{m.prompts * PROMPT_MINUTES + m.self_checks * SELF_CHECK_MINUTES:.0f}{bench}, and "
                 f"{self.run_seconds:.0f} s to run at CI size on a CPU{further}")
 
 
@@ -80,11 +142,118 @@ def _code_lines(source: str) -> int:
     return sum(1 for line in source.splitlines() if line.strip())
 
 
+def try_runs(markdown: str) -> int:
+    """The bench runs a "Try:" sentence asks for: one per item (items separated by ";" or list bullets, the
+    list ending with the first sentence that is not an item), plus one per further setting an item names."""
+    m = TRY.search(markdown)
+    if not m:
+        return 0
+    text = m.group(1).strip()
+    bullets = re.findall(r"^\s*[-*]\s+(.*)$", text, re.M)
+    if not bullets:
+        text = re.split(r"(?<=[.?!])\s+(?=[A-Z*_`])|\n\s*\n", text, maxsplit=1)[0]   # the list's own sentence
+    items = [i for part in (bullets or [text]) for i in part.split(";") if i.strip(" .\n")]
+    return sum(1 + len(FURTHER_RUN.findall(i.strip()[5:] if i.strip().lower().startswith("then") else i))
+               for i in items)
+
+
+def _source(cell) -> str:
+    return cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+
+
+def _visible_lines(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line.strip())
+
+
+def output_counts(cell) -> dict:
+    """What a reader reads of an executed code cell's outputs: ``{"lines", "table_rows", "table_cells",
+    "ledger_rows", "figures"}`` (zeros left out). A folded log (``<details>``) counts its summary line only; a widget
+    nothing."""
+    counts = dict.fromkeys(OUTPUT_KINDS, 0)
+    for out in cell.get("outputs", []):
+        kind = out.get("output_type")
+        if kind == "stream":
+            counts["lines"] += _visible_lines(out.get("text", ""))
+        elif kind == "error":
+            counts["lines"] += 1 + _visible_lines(out.get("evalue", ""))
+        elif kind in ("execute_result", "display_data"):
+            data = out.get("data", {})
+            if "application/vnd.jupyter.widget-view+json" in data:
+                continue
+            if any(k.startswith("image/") for k in data):
+                counts["figures"] += 1
+            elif "text/html" in data:
+                page = data["text/html"] if isinstance(data["text/html"], str) else "".join(data["text/html"])
+                page = re.sub(r"<(style|script)\b.*?</\1>", " ", page, flags=re.S | re.I)
+                page = re.sub(r"<details\b[^>]*>\s*(<summary>.*?</summary>).*?</details>", r"<br>\1<br>", page,
+                              flags=re.S | re.I)
+                body = re.sub(r"<thead\b.*?</thead>", " ", page, flags=re.S | re.I)
+                rows = re.findall(r"<tr\b.*?</tr>", body, flags=re.S | re.I)
+                if "Claims ledger" in page:
+                    counts["ledger_rows"] += len(rows)
+                else:
+                    counts["table_rows"] += len(rows)
+                    counts["table_cells"] += sum(1 for row in rows for cell in re.findall(
+                        r"<td\b[^>]*>(.*?)</td>", row, flags=re.S | re.I) if _HTML.sub("", cell).strip())
+                rest = re.sub(r"<table\b.*?</table>", "\n", page, flags=re.S | re.I)
+                rest = re.sub(r"<br\s*/?>|</p>|</li>|</h\d>|</div>", "\n", rest, flags=re.I)
+                lines = _visible_lines(_html.unescape(_HTML.sub("", rest)))
+                counts["lines"] += lines - (1 if "Claims ledger" in page and lines else 0)   # the ledger's title
+            elif "text/plain" in data:
+                counts["lines"] += _visible_lines(data["text/plain"])
+    return {k: v for k, v in counts.items() if v}
+
+
+def executed_outputs(executed) -> dict:
+    """``{cell id: output_counts}`` of an executed copy (a path or its cells), code cells that printed something."""
+    if isinstance(executed, (str, Path)):
+        import nbformat
+
+        executed = nbformat.read(executed, as_version=4).cells
+    return {c.get("id"): n for c in executed if c["cell_type"] == "code" and (n := output_counts(c))}
+
+
+def _record_key(notebook: Path) -> str:
+    return f"{notebook.parent.name}/{notebook.name}"
+
+
+def recorded_outputs(notebook: Path, record: Path = RECORD) -> dict | None:
+    """The outputs ``RECORD`` holds for ``notebook`` (per cell id), or None when it holds none."""
+    if not Path(record).exists():
+        return None
+    return json.loads(Path(record).read_text()).get(_record_key(Path(notebook)))
+
+
+def write_record(executed: dict, record: Path = RECORD) -> None:
+    """Store ``{notebook path: executed copy}`` in ``record`` (other notebooks' entries kept)."""
+    data = json.loads(Path(record).read_text()) if Path(record).exists() else {}
+    for notebook, copy in executed.items():
+        data[_record_key(Path(notebook))] = executed_outputs(copy)
+    Path(record).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def stale_record(notebook: Path, executed_cells, record: Path = RECORD) -> str | None:
+    """Why ``record`` no longer says what a fresh run of ``notebook`` printed (its main path's output minutes differ
+    by more than a minute, or it holds nothing for the lesson), or None when it does."""
+    import nbformat
+
+    cells = nbformat.read(notebook, as_version=4).cells
+    recorded = recorded_outputs(notebook, record)
+    fresh = lesson_time(cells, 0, executed_outputs(executed_cells)).main.output_minutes
+    if recorded is None:
+        return f"{_record_key(Path(notebook))} has no entry in {Path(record).name}"
+    kept = lesson_time(cells, 0, recorded).main.output_minutes
+    if abs(fresh - kept) > 1:
+        return (f"{Path(record).name} counts {kept:.1f} minutes of outputs on the main path of "
+                f"{_record_key(Path(notebook))}, this run printed {fresh:.1f}")
+    return None
+
+
 def recorded_run_seconds(notebook: Path, timings: Path) -> float | None:
     """The CPU seconds of the last recorded CI run of ``notebook`` (``notebooks/NAME.ipynb``), or None."""
     if not timings.exists():
         return None
-    key = f"{notebook.parent.name}/{notebook.name}"
+    key = _record_key(notebook)
     found = None
     for line in timings.read_text().splitlines():
         try:
@@ -96,24 +265,33 @@ def recorded_run_seconds(notebook: Path, timings: Path) -> float | None:
     return found
 
 
-def lesson_time(cells, run_seconds: float | None = None) -> LessonTime:
-    """Measure a lesson from its cells (nbformat cells, or dicts with ``cell_type``, ``source``, ``metadata``)."""
-    main = {"words": 0, "code_lines": 0, "prompts": 0}
-    further = {"words": 0, "code_lines": 0, "prompts": 0}
-    part, bench = main, False
+def lesson_time(cells, run_seconds: float | None = None, outputs: dict | None = None, *,
+                further: bool = False) -> LessonTime:
+    """Measure a lesson from its cells (nbformat cells, or dicts with ``cell_type``, ``source``, ``metadata``,
+    ``id``) and ``outputs`` (``{cell id: output_counts}``, as ``executed_outputs`` or ``RECORD`` give them);
+    ``further``: the cells are part of *Going further* from the first."""
+    main, after = Part(), Part()
+    part, in_bench = (after if further else main), False
     for cell in cells:
-        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        source = _source(cell)
         if cell["cell_type"] == "markdown":
-            if any(GOING_FURTHER.match(line) for line in source.splitlines()):
-                part = further
-            part["words"] += _words(source)
-            part["prompts"] += source.lstrip().startswith(PROMPTS)
-            bench |= part is main and any(LAB_BENCH.match(line) for line in source.splitlines())
+            lines = source.splitlines()
+            if any(GOING_FURTHER.match(line) for line in lines):
+                part = after
+            if any(re.match(r"^\s{0,3}#{1,2}\s", line) for line in lines):   # a section ends the bench's
+                in_bench = False
+            in_bench |= any(LAB_BENCH.match(line) for line in lines)
+            part.words += _words(source)
+            part.prompts += source.lstrip().startswith(PROMPTS)
+            part.self_checks += len(SELF_CHECK_QUESTION.findall(source))
+            if in_bench:
+                part.bench = True
+                part.try_runs += try_runs(source)
         elif cell["cell_type"] == "code":
-            part["code_lines"] += _code_lines(source)
-    return LessonTime(**main, bench=bench, run_seconds=RUN_BUDGET_S if run_seconds is None else run_seconds,
-                      further_words=further["words"], further_code_lines=further["code_lines"],
-                      further_prompts=further["prompts"])
+            part.code_lines += _code_lines(source)
+            for kind, n in (outputs or {}).get(cell.get("id"), {}).items():
+                setattr(part, kind, getattr(part, kind) + n)
+    return LessonTime(main, RUN_BUDGET_S if run_seconds is None else run_seconds, after)
 
 
 SECTION = re.compile(r"^\s{0,3}##\s+(.*\S)")       # a main section: "## 3. Lab bench"
@@ -121,17 +299,17 @@ SUBSECTION = re.compile(r"^\s{0,3}###\s+(.*\S)")  # a part of *Going further*: e
 PREFACE = "title, goals, parameters, setup"
 
 
-def sections(cells, cell_seconds=None) -> list[dict]:
+def sections(cells, cell_seconds=None, outputs=None) -> list[dict]:
     """The lesson cut where an instructor plans it: ``{"section", "further", "minutes", "run_s"}`` per section.
 
     The main path is cut at its ``##`` headings (what comes before the first is the preface), *Going further* at
-    its ``###`` headings. ``minutes`` is what ``lesson_time`` counts for the section's cells (prose, code, prompts,
-    the bench), without the run; ``run_s`` the seconds its code cells took, from ``cell_seconds`` (cell id ->
-    seconds, e.g. an executed copy's), None without them.
+    its ``###`` headings. ``minutes`` is what ``lesson_time`` counts for the section's cells (prose, code, outputs
+    from ``outputs``, prompts, the bench), without the run; ``run_s`` the seconds its code cells took, from
+    ``cell_seconds`` (cell id -> seconds, e.g. an executed copy's), None without them.
     """
     rows, further = [{"section": PREFACE, "further": False, "cells": [], "run_s": None}], False
     for cell in cells:
-        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        source = _source(cell)
         if cell["cell_type"] == "markdown":
             lines = source.splitlines()
             further |= any(GOING_FURTHER.match(line) for line in lines)
@@ -143,9 +321,8 @@ def sections(cells, cell_seconds=None) -> list[dict]:
         if seconds is not None:
             rows[-1]["run_s"] = (rows[-1]["run_s"] or 0.0) + seconds
     for row in rows:
-        t = lesson_time(row.pop("cells"), run_seconds=0)
-        row["minutes"] = (t.words / WORDS_PER_MINUTE + t.code_lines / CODE_LINES_PER_MINUTE
-                          + t.prompts * PROMPT_MINUTES + (BENCH_MINUTES if t.bench else 0))
+        t = lesson_time(row.pop("cells"), run_seconds=0, outputs=outputs, further=row["further"])
+        row["minutes"] = (t.further if row["further"] else t.main).reading_minutes
     return rows
 
 
@@ -163,26 +340,28 @@ def executed_seconds(executed: Path) -> dict:
 
 
 def section_table(notebook: Path, executed: Path | None = None) -> str:
-    """A Markdown table of ``sections``, as INSTRUCTOR.md shows it for each lesson."""
+    """A Markdown table of ``sections``, as INSTRUCTOR.md shows it for each lesson (outputs from ``RECORD``)."""
     import nbformat
 
     cells = nbformat.read(notebook, as_version=4).cells
     seconds = executed_seconds(executed) if executed and Path(executed).exists() else None
-    lines = ["| section | minutes (read, code, prompts, bench) | runs in (CI, this machine) |", "|---|---|---|"]
-    for row in sections(cells, seconds):
+    lines = ["| section | minutes (prose, code, outputs, prompts, bench) | runs in (CI, this machine) |", "|---|---|---|"]
+    for row in sections(cells, seconds, recorded_outputs(Path(notebook))):
         name = f"*Going further*: {row['section']}" if row["further"] else row["section"]
         run = "" if row["run_s"] is None else f"{row['run_s']:.0f} s" if row["run_s"] >= 1 else "under 1 s"
         lines.append(f"| {name} | {row['minutes']:.1f} | {run} |")
     return "\n".join(lines)
 
 
-def measure(notebook: Path, timings: Path | None = None) -> LessonTime:
-    """A lesson's time from its file and, when recorded, its CI run (default: test-artifacts/timings.jsonl)."""
+def measure(notebook: Path, timings: Path | None = None, record: Path = RECORD) -> LessonTime:
+    """A lesson's time from its file, the outputs ``record`` holds for it and, when recorded, its CI run's seconds
+    (default: test-artifacts/timings.jsonl)."""
     import nbformat
 
     notebook = Path(notebook)
     timings = timings or notebook.resolve().parents[1] / "test-artifacts" / "timings.jsonl"
-    return lesson_time(nbformat.read(notebook, as_version=4).cells, recorded_run_seconds(notebook, timings))
+    return lesson_time(nbformat.read(notebook, as_version=4).cells, recorded_run_seconds(notebook, timings),
+                       recorded_outputs(notebook, record))
 
 
 def stated_minutes(title: str) -> int | None:
@@ -191,20 +370,34 @@ def stated_minutes(title: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def executed_copy(notebook: Path) -> Path:
+    """Where tests/test_notebooks.py keeps the executed copy of ``notebook``."""
+    notebook = Path(notebook).resolve()
+    return notebook.parents[1] / "test-artifacts" / "executed" / f"{notebook.parent.name}__{notebook.name}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print each lesson's measured time (the given notebooks, or every lesson); with ``--sections``, each one's
-    table of sections as INSTRUCTOR.md shows it (CI seconds from test-artifacts/executed/ where a run left them).
-    Exit status 0."""
+    table of sections as INSTRUCTOR.md shows it (CI seconds from test-artifacts/executed/ where a run left them);
+    with ``--record``, first store in ``RECORD`` what the executed copies under test-artifacts/executed/ printed
+    (run the lessons' tests first: ``pytest tests/test_notebooks.py -k lesson_executes``). Exit status 0, or 1
+    when ``--record`` finds no executed copy of a lesson it was asked for."""
     argv = list(argv or [])
-    by_section = "--sections" in argv
+    flags = {a for a in argv if a.startswith("--")}
     root = Path(__file__).resolve().parents[3]
-    paths = [Path(p) for p in argv if p != "--sections"] or sorted((root / "notebooks").glob("[0-9]*.ipynb"))
+    paths = [Path(p) for p in argv if p not in flags] or sorted((root / "notebooks").glob("[0-9]*.ipynb"))
+    if "--record" in flags:
+        found = {p: executed_copy(p) for p in paths if executed_copy(p).exists()}
+        missing = [p.name for p in paths if p not in found]
+        write_record(found)
+        print(f"recorded the outputs of {len(found)} lesson(s) in {RECORD}"
+              + (f"; no executed copy of {', '.join(missing)}" if missing else ""))
+        if missing and [a for a in argv if a not in flags]:
+            return 1
     for path in paths:
-        t = measure(path)
-        print(f"{path.stem}: {t.summary()}")
-        if by_section:
-            executed = path.resolve().parents[1] / "test-artifacts" / "executed" / f"{path.parent.name}__{path.name}"
-            print(section_table(path, executed) + "\n")
+        print(f"{path.stem}: {measure(path).summary()}")
+        if "--sections" in flags:
+            print(section_table(path, executed_copy(path)) + "\n")
     return 0
 
 

@@ -1,0 +1,103 @@
+"""shapelab.labkit.readtime counts what a reader reads of a lesson's run and bench (issue 36, item 3): the outputs
+(lines of text and log, table rows, ledger rows, figures), folded self-check questions and the bench's "Try:" runs.
+The prose, code and prompt counts: tests/test_lesson_pages.py; the record against a fresh run: the lessons' nbval
+test (tests/test_notebooks.py)."""
+import math
+
+import nbformat
+import pytest
+
+from shapelab.labkit import readtime
+
+md, code, out = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell, nbformat.v4.new_output
+
+
+def _html(page: str):
+    return out("display_data", data={"text/html": page, "text/plain": "<object>"})
+
+
+TABLE = ("<table><thead><tr><th>policy</th><th>compiles</th></tr></thead><tbody><tr><td>a</td><td>1</td></tr>"
+         "<tr><td>b</td><td>2</td></tr><tr><td>c</td><td>3</td></tr></tbody></table>")
+
+
+def test_output_counts_read_lines_rows_ledgers_and_figures_as_shown():
+    assert readtime.output_counts(code("x", outputs=[out("stream", name="stdout", text="a\n\nb\n"),
+                                                    out("stream", name="stderr", text="W1204 warning\n")])) == {"lines": 3}
+    assert readtime.output_counts(code("x", outputs=[_html(TABLE)])) == {"table_rows": 3, "table_cells": 6}
+    assert readtime.output_counts(code("x", outputs=[_html(TABLE.replace("<td>2</td>", "<td></td>"))]))["table_cells"] == 5
+    ledger = "<b>Claims ledger: 00</b> (PyTorch 2.13)" + TABLE.replace("policy", "topic")
+    assert readtime.output_counts(code("x", outputs=[_html(ledger)])) == {"ledger_rows": 3}
+    fold = "<pre>first line</pre><details><summary>the other 160 lines</summary><pre>" + "log\n" * 160 + "</pre></details>"
+    assert readtime.output_counts(code("x", outputs=[_html(fold)])) == {"lines": 2}   # a folded log: what shows
+    figure = out("display_data", data={"image/png": "iVBOR", "text/plain": "<Figure size 1000x320 with 2 Axes>"})
+    widget = out("display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": "m"},
+                                       "text/plain": "VBox(...)"})
+    assert readtime.output_counts(code("x", outputs=[figure, widget])) == {"figures": 1}
+    plain = out("execute_result", data={"text/plain": "(1, 2)\n"}, execution_count=1)
+    assert readtime.output_counts(code("x", outputs=[plain])) == {"lines": 1}
+
+
+@pytest.mark.parametrize("text, runs", [
+    ('Try: a "few" distribution against "uniform"; `dynamic` with and without batch 1; `inductor`.', 5),
+    ("Try: the limit at 3; powers of two. The *fell back* pane says whether the frame fell back; then read it.", 2),
+    ("Try:\n\n- batch 1 after `8, 16`, then add `1`; then find a shorter warm-up;\n- batch 0;\n- policy `True`.", 5),
+    ("Try: kept share 50 → 100 (why?); rewrite on", 3),
+    ("Change the controls and press Run.", 0),
+])
+def test_try_runs_counts_each_setting_the_sentence_asks_for(text, runs):
+    assert readtime.try_runs(text) == runs
+
+
+def _lesson():
+    cells = [md("# T"), code("print('a')"), md("## 1. Bench\n\n## 2. Lab bench\n\nTry: x; y then z."), code("bench"),
+             md("## Self-check\n\n<details><summary>Q1?</summary>A.</details>\n<details><summary>Q2?</summary>B.</details>"),
+             md("## Going further\n\n### Deeper"), code("table()"), md("### Lab bench\n\nTry: w.")]
+    for i, c in enumerate(cells):
+        c["id"] = f"c{i}"
+    return cells
+
+
+def test_lesson_time_adds_outputs_self_checks_and_try_runs_to_their_part():
+    outputs = {"c1": {"lines": 12}, "c6": {"table_rows": 15, "table_cells": 45, "figures": 1}}
+    t = readtime.lesson_time(_lesson(), run_seconds=0, outputs=outputs)
+    assert (t.lines, t.table_rows, t.self_checks, t.try_runs, t.bench) == (12, 0, 2, 3, True)
+    assert (t.further_table_rows, t.further_figures, t.further_try_runs, t.further_bench) == (15, 1, 1, True)
+    assert math.isclose(t.main.output_minutes, 12 * readtime.OUTPUT_LINE_SECONDS / 60)
+    assert math.isclose(t.further.output_minutes, (45 * readtime.TABLE_CELL_SECONDS + readtime.FIGURE_SECONDS) / 60)
+    words = t.words / readtime.WORDS_PER_MINUTE
+    assert t.minutes == math.ceil(words + 2 / 30 + 1 + 2 * 0.5 + readtime.BENCH_MINUTES + 3 * readtime.TRY_MINUTES)
+    assert readtime.stated_minutes(f"**Time:** {t.summary()}.") == t.minutes
+    no_outputs = readtime.lesson_time(_lesson(), run_seconds=0)
+    assert t.minutes - no_outputs.minutes in (0, 1) and no_outputs.lines == 0
+    rows = readtime.sections(_lesson(), outputs=outputs)
+    assert [(r["section"], r["further"]) for r in rows][-2:] == [("Deeper", True), ("Lab bench", True)]
+    for further in (False, True):
+        assert math.isclose(sum(r["minutes"] for r in rows if r["further"] is further),
+                            (t.further if further else t.main).reading_minutes)
+
+
+def test_the_record_stores_a_runs_outputs_and_says_when_a_run_differs(tmp_path):
+    lesson = tmp_path / "notebooks" / "99_t.ipynb"
+    lesson.parent.mkdir()
+    nb = nbformat.v4.new_notebook(cells=_lesson())
+    nbformat.write(nb, lesson)
+    executed = nbformat.v4.new_notebook(cells=_lesson())
+    executed.cells[1].outputs = [out("stream", name="stdout", text="line\n" * 12)]
+    record = tmp_path / "record.json"
+    assert readtime.stale_record(lesson, executed.cells, record) is not None   # nothing recorded yet
+    readtime.write_record({lesson: executed.cells}, record)
+    assert readtime.recorded_outputs(lesson, record) == {"c1": {"lines": 12}}
+    assert readtime.measure(lesson, tmp_path / "none.jsonl", record).lines == 12
+    assert readtime.stale_record(lesson, executed.cells, record) is None
+    executed.cells[1].outputs = [out("stream", name="stdout", text="line\n" * 30)]   # 1.5 minutes more to read
+    assert "printed 2.5" in readtime.stale_record(lesson, executed.cells, record)
+
+
+def test_the_record_holds_every_lesson_and_only_cells_the_lesson_has():
+    """RECORD is made from the executed copies (``python -m shapelab.labkit.readtime --record``): an entry per
+    lesson, keyed by cell ids the lesson still has (an id that went away is a cell deleted since the record)."""
+    for path in sorted((readtime.RECORD.parents[3] / "notebooks").glob("[0-9]*.ipynb")):
+        recorded = readtime.recorded_outputs(path)
+        assert recorded, f"{path.name}: no outputs recorded; run its nbval test, then readtime --record"
+        ids = {c.get("id") for c in nbformat.read(path, as_version=4).cells}
+        assert set(recorded) <= ids, f"{path.name}: recorded cells the lesson no longer has: {set(recorded) - ids}"
