@@ -439,8 +439,8 @@ def run_bench(case: str = "ragged", fix: str = "none", steps: int = 10, backend:
     """Run one case with one fix, compiled with ``backend``; return the panes.
 
     Panes: ``compiles`` ("N compile(s) over M call(s)", the counts, the graph that ran each call, as runs past
-    16 calls), ``per call`` (the same, plotted), ``reasons`` (every cached graph's failed guard for each recompile, labelled by graph, the cause
-    marked), ``calls`` (per call: which graph or eager ran, its time), ``cost`` (the calls without a
+    16 calls), ``per call`` (the same, plotted), ``reasons`` (every cached graph's failed guard for each recompile,
+    labelled by graph, the cause marked), ``calls`` (per call: which graph or eager ran, its time), ``cost`` (the calls without a
     compile, each repeated with ``torch.utils.benchmark.Timer``: median and IQR over them; what the fix
     costs). ``steps`` sets the calls of the cases that take it (lr, step, kv, strides).
     """
