@@ -94,6 +94,17 @@ def test_run_bench_ragged_feeds_fresh_batches_as_the_lesson_does():
     assert "dynamic" not in static["compiles"].split("graphs: ")[1]
 
 
+
+def test_run_bench_labels_a_symbolic_float_dynamic_and_writes_long_runs_as_runs():
+    """Issue 36: the float lr becomes a symbol at its first change (the lesson says so): its graph is dynamic, named;
+    past 16 calls the counts are written as runs, not a list per call, and a figure plots them."""
+    panes = M.run_bench("lr", "none", steps=20)
+    assert "#2 dynamic" in panes["compiles"] and "symbolic: lr" in panes["compiles"], panes["compiles"]
+    assert "counts after each call: 1 ×1, 2 ×19" in panes["compiles"]
+    assert "graph that ran each call: #1 ×1, #2 ×19" in panes["compiles"]
+    assert panes["per call"].axes, "the per-call pane is a figure"
+    assert "#1 static" in M.run_bench("lr", "tensor", steps=2)["compiles"]
+
 def test_run_bench_reasons_list_every_failed_guard_labelled_by_graph():
     """As lesson 02's bench: per recompile, one line per cached graph that failed (as torch's log), the cause marked."""
     reasons = M.run_bench("zero_one", "none")["reasons"]

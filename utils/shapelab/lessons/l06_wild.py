@@ -41,19 +41,38 @@ from ..instruments.timing import Timing, fmt_seconds, time_warm
 
 @dataclass
 class Graph:
-    """One compiled graph: its number (1-based), the input shapes Dynamo saw, and whether any is symbolic."""
+    """One compiled graph: its number (1-based), the input shapes Dynamo saw, the Python numbers it takes as
+    symbols (a float ``lr`` after its first change), and whether anything in it is symbolic."""
 
     number: int
     shapes: list
     compile_id: str
+    scalars: tuple = ()
 
     @property
     def dynamic(self) -> bool:
-        return any(isinstance(d, str) for s in self.shapes for d in s)
+        return bool(self.scalars) or any(isinstance(d, str) for s in self.shapes for d in s)
 
     def label(self) -> str:
         kind = "dynamic" if self.dynamic else "static"
-        return f"#{self.number} {kind} " + ", ".join("(" + ", ".join(map(str, s)) + ")" for s in self.shapes)
+        shapes = ", ".join("(" + ", ".join(map(str, s)) + ")" for s in self.shapes)
+        return f"#{self.number} {kind} {shapes}" + (f"; symbolic: {', '.join(self.scalars)}" if self.scalars else "")
+
+
+def _symbolic_scalars(gm: torch.fx.GraphModule) -> tuple:
+    """The names of the graph's inputs that are Python numbers made symbols (``lr``), not sizes of a tensor."""
+    names = []
+    for node in gm.graph.nodes:
+        arg, value = node.meta.get("grapharg"), node.meta.get("example_value")
+        if node.op != "placeholder":
+            continue
+        # a float made symbolic arrives as a 0-d tensor (pass_arg_as_tensor); an int as a SymInt, like a size
+        if getattr(arg, "pass_arg_as_tensor", False) or isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            name = getattr(getattr(arg, "source", None), "name", node.name)
+            name = name() if callable(name) else str(name)
+            if not any(p in name for p in ("size()", "stride()", "storage_offset()")):
+                names.append(name.replace("L['", "").replace("']", ""))
+    return tuple(names)
 
 
 class Tracker:
@@ -78,7 +97,7 @@ class Tracker:
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
         compile_id = str(torch._guards.CompileContext.current_compile_id())
-        graph = Graph(len(self.graphs) + 1, _graph_shapes(gm), compile_id)
+        graph = Graph(len(self.graphs) + 1, _graph_shapes(gm), compile_id, _symbolic_scalars(gm))
         self.graphs.append(graph)
         compiled = self._inner(gm, example_inputs)
 
@@ -419,9 +438,9 @@ WARM_RUN_S = 0.01  # Timer's minimum run time for each call without a compile (t
 def run_bench(case: str = "ragged", fix: str = "none", steps: int = 10, backend: str = "eager", seed: int = 0) -> dict:
     """Run one case with one fix, compiled with ``backend``; return the panes.
 
-    Panes: ``compiles`` ("N compile(s) over M call(s)", the counts, the graph that ran each call),
-    ``reasons`` (every cached graph's failed guard for each recompile, labelled by graph, the cause
-    marked), ``calls`` (per call: which graph or eager ran, its time), ``cost`` (the calls without a
+    Panes: ``compiles`` ("N compile(s) over M call(s)", the counts, the graph that ran each call, as runs past
+    16 calls), ``per call`` (the same, plotted), ``reasons`` (every cached graph's failed guard for each recompile,
+    labelled by graph, the cause marked), ``calls`` (per call: which graph or eager ran, its time), ``cost`` (the calls without a
     compile, each repeated with ``torch.utils.benchmark.Timer``: median and IQR over them; what the fix
     costs). ``steps`` sets the calls of the cases that take it (lr, step, kv, strides).
     """
@@ -471,9 +490,9 @@ def run_bench(case: str = "ragged", fix: str = "none", steps: int = 10, backend:
         call = call if call is not None else counts.index(gr.number) if gr.number in counts else "?"
         reasons += recompile_lines(gr.number, call, fs, cause_of(fs, dynamic_ids))
     eager_calls = [r["call"] for r in rows if r["_eager"]]
-    compiles = f"{tracker.frame_count} compile(s) over {len(rows)} call(s)\ncounts after each call: {counts}"
-    compiles += ("\ngraph that ran each call: [" + ", ".join(f"#{r['_graph']}" if r["_graph"] else "eager" for r in rows)
-                 + "]")
+    ran = [f"#{r['_graph']}" if r["_graph"] else "eager" for r in rows]
+    compiles = (f"{tracker.frame_count} compile(s) over {len(rows)} call(s)\ncounts after each call: {_runs(counts)}"
+                f"\ngraph that ran each call: {_runs(ran)}")
     compiles += "\ngraphs: " + "; ".join(gr.label() for gr in tracker.graphs) if tracker.graphs else "\n(nothing compiled)"
     if eager_calls:
         compiles += f"\ncalls that ran eagerly: {eager_calls}" + (" (recompile limit hit)" if fallbacks else "")
@@ -484,8 +503,44 @@ def run_bench(case: str = "ragged", fix: str = "none", steps: int = 10, backend:
     else:
         steady = "every call compiled: no call without a compile to time"
     cost = [steady, f"slowest call (a compile): {fmt_seconds(max(r['_s'] for r in rows))}", f"fix: {CASES[case][1][fix]}"]
-    return {"compiles": compiles, "reasons": reasons or "(no recompiles)",
+    return {"compiles": compiles, "reasons": reasons or "(no recompiles)", "per call": _calls_figure(counts, rows),
             "calls": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows], "cost": cost}
+
+
+def _runs(values: list, longest: int = 16) -> str:
+    """``values`` as a list, or, past ``longest`` items, as runs (``1 ×1, 2 ×63``): one line, whatever the steps."""
+    values = [str(v) for v in values]
+    if len(values) <= longest:
+        return "[" + ", ".join(values) + "]"
+    runs = [[v, 1] for v in values[:1]]
+    for v in values[1:]:
+        if v == runs[-1][0]:
+            runs[-1][1] += 1
+        else:
+            runs.append([v, 1])
+    return ", ".join(f"{v} ×{n}" for v, n in runs) + " (value ×calls in a row)"
+
+
+def _calls_figure(counts: list[int], rows: list[dict]):
+    """Graphs after each call (a step line) and the graph that ran each call (dots; eager calls as red crosses)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 2.4))
+    ax = fig.subplots()
+    calls = range(len(counts))
+    ax.step(calls, counts, where="post", color="tab:blue", label="graphs so far")
+    ran = [(r["call"], r["_graph"]) for r in rows if r["_graph"]]
+    eager = [r["call"] for r in rows if r["_eager"]]
+    if ran:
+        ax.plot(*zip(*ran), "o", ms=4, color="tab:green", label="graph that ran")
+    if eager:
+        ax.plot(eager, [0] * len(eager), "x", color="tab:red", label="ran eagerly")
+    ax.set_xlabel("call")
+    ax.set_ylabel("graph number")
+    ax.set_ylim(bottom=-0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
 
 
 def build_bench(seed: int = 0):
@@ -509,6 +564,6 @@ def build_bench(seed: int = 0):
         {"case": case_w, "fix": fix_w, "steps": int_slider("steps", 10, 2, 64),
          "backend": dropdown("backend", ["eager", "aot_eager"], "eager")},
         run,
-        panes=["compiles", "reasons", "cost", "calls"],
-        wide=["reasons", "calls"],
+        panes=["compiles", "reasons", "cost", "per call", "calls"],
+        wide=["reasons", "per call", "calls"],
     )
