@@ -15,12 +15,23 @@ from .replays import Run, first_line, replay, same_outputs
 
 
 def residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], names: Names,
-                        values: Sequence[str] = (), optional: Sequence[str] = ()) -> int:
+                        values: Sequence[str] = (), optional: Sequence[str] = (), branches: Sequence[str] = (),
+                        typed: Sequence[str] = ()) -> int:
     """How many distinct graphs the fixed program should need per frame: one per distinct key, where a
-    key holds, for each marked dimension, its size if it is 0 or 1 (mark_dynamic specialises them),
-    keyed by argument and dimension; the bucket of each padded dimension; and what the causes left:
-    ``values`` (guarded values, keyed by value) and ``optional`` (sources keyed by whether they are None)."""
+    key holds, for each marked dimension, its size if it is 0 or 1 (mark_dynamic specialises them, unless
+    ``automatic_dynamic_shapes_mark_as="unbacked"`` is set), keyed by argument and dimension; each tensor's
+    rank; the bucket of each padded dimension; and what the causes left: ``values`` (guarded values, keyed
+    by value; a float argument under ``specialize_float=False`` by whether it is the first value),
+    ``optional`` (sources keyed by whether they are None), ``branches`` (guard expressions on sizes or values
+    the model's code or torch's branches on, keyed by their truth in the call) and ``typed`` (arguments whose
+    type changed, keyed by their type after the plan's per-call lines ran)."""
+    from torch._dynamo import config
+
     marked = {(n, d): k for n, d, k in plan.marks}
+    unbacked_auto = getattr(config, "automatic_dynamic_shapes_mark_as", "dynamic") == "unbacked"
+    specialized = ("dynamic", "maybe_dynamic") if not unbacked_auto else ()
+    first = {v: names.value(v, calls[0]) for v in values} if calls else {}
+    prep = compile("".join(line + "\n" for line in plan.prep), "<prescription>", "exec") if plan.prep else None
     sigs = set()
     for c in calls:
         key: list = [c.grad if "global_state" in kinds else None]
@@ -29,19 +40,30 @@ def residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], name
         if "aliasing" in kinds:  # which tensor arguments are one tensor: aliased inputs get their own graph
             ts = [(n, a) for n, a in names.arguments(c).items() if isinstance(a, torch.Tensor)]
             key.append(tuple((n, m) for i, (n, a) in enumerate(ts) for m, b in ts[i + 1:] if a is b))
-        key += [(v, repr(names.value(v, c))) for v in values]  # a guarded value the fix leaves alone
+        for v in values:  # a guarded value the fix leaves alone
+            now = names.value(v, c)
+            float_arg = isinstance(now, float) and not getattr(config, "specialize_float", True)
+            key.append((v, now == first[v]) if float_arg else (v, repr(now)))
         key += [(v, any(names.value(v, c) is e for e in (None, MISSING))) for v in optional]  # not passed: None
-        for name, a in names.arguments(c).items():
+        key += [(b, _truth(names.value(b, c))) for b in branches]
+        args = names.arguments(c)
+        if prep is not None:  # what the model receives: the arguments after the plan's per-call lines
+            ns = {"torch": torch, **names.defaults(), **args}
+            exec(prep, ns)
+            args = {k: ns.get(k) for k in args}
+        key += [(v, _kind_of(args.get(v))) for v in typed]
+        for name, a in args.items():
             for path, t in tensors_in(name, a):
+                key.append((path, t.dim()))  # a rank that changes is a graph of its own, whatever is marked
                 if "dtype_device" in kinds:
                     key.append((path, t.dtype, t.device.type, t.requires_grad))
                 for d, n in enumerate(t.shape):
                     if (path, d) in plan.pad:
                         key.append((path, d, "bucket", next((b for b in plan.pad[(path, d)] if b >= n), n)))
-                    elif marked.get((path, d)) in ("dynamic", "maybe_dynamic") and n in (0, 1):
+                    elif marked.get((path, d)) in specialized and n in (0, 1):
                         key.append((path, d, n))
-            if isinstance(a, torch.Tensor):
-                pass  # keyed by its dimensions above
+            if isinstance(a, torch.Tensor) or name in typed:
+                pass  # keyed by its dimensions above, or by its type
             elif "identity" in kinds and not isinstance(a, (int, float, bool, str, type(None))):
                 key.append((name, id(a)))
             elif isinstance(a, (int, float)) and not isinstance(a, bool) and "python_value" in kinds \
@@ -49,6 +71,21 @@ def residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], name
                 key.append((name, a))
         sigs.add(tuple(key))
     return len(sigs)
+
+
+def _truth(value) -> object:
+    """A guard expression's value in one call, as a key (MISSING where it cannot be read)."""
+    try:
+        return bool(value) if value is not MISSING else MISSING
+    except Exception:
+        return MISSING
+
+
+def _kind_of(value) -> tuple:
+    """What a type-keyed argument is for Dynamo: a tensor (Parameter or not, its dtype and rank), None, or a type."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", isinstance(value, torch.nn.Parameter), value.dtype, value.dim())
+    return (type(value).__name__,)
 
 
 def prove(model, calls, plan: Plan, backend: str, dynamic, reference: list, predict, names: Names,
@@ -104,6 +141,7 @@ def _prove_once(model, calls, plan: Plan, backend: str, dynamic, reference: list
                               f"{first_line(e.original)[:120]}); used {fallback[soft[0]]} instead")
             plan.marks = [(n, d, fallback.get(k, k)) for n, d, k in plan.marks]
             plan.predicted = predict(plan)
+            stop_above = None  # the threshold was the first plan's prediction: this plan replays in full
     run.notes = list(plan.notes)
     run.predicted = plan.predicted
     if run.stopped:
@@ -148,7 +186,9 @@ def explain_miss(run: Run, names: Names, calls) -> None:
     if elsewhere:
         lines.append(f"and {len(elsewhere)} recompile(s) of frames that graph breaks split off the model "
                      "(their guards name the frame's own locals)")
-    if not remaining:
+    if not remaining and run.compiles < (run.predicted or 0):
+        lines.append("fewer graphs than predicted: the prediction counted a graph that torch did not need")
+    elif not remaining:
         lines.append("no recompile remains: the extra graphs are first compiles of other frames (graph breaks)")
     run.notes = lines + run.notes
     run.remaining = remaining
