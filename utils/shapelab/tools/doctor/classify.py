@@ -186,6 +186,7 @@ class Cause:
     reasons: list[str] = field(default_factory=list)  # as torch printed them, up to three distinct
     values: list[str] = field(default_factory=list)
     shown: str | None = None  # the argument's name in the user's code, where it differs from the guard's
+    follows: str = ""  # for a value handed across a graph break: the input dimension whose sizes it has
 
     @property
     def name(self) -> str:
@@ -199,7 +200,9 @@ class Cause:
     def where(self) -> str:
         if self.kind in ("dimension", "zero_one", "stride") and self.input is not None:
             if self.input.startswith("___"):
-                return f"'{self.input}' (a value handed across a graph break), dim {self.dim}"
+                what = f"whose sizes are those of {self.follows}" if self.follows else "computed before the break"
+                return (f"a tensor the model computed before a graph break and uses after it ({what}; torch's internal "
+                        f"name for it: `{self.input}`), dim {self.dim}")
             return f"input '{self.name}', dim {self.dim}"
         if self.kind == "size_branch":
             return f"input '{self.name}', dim {self.dim}: `{self.detail}`"

@@ -107,7 +107,7 @@ class DoctorInternalError(RuntimeError):
 
 def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", dynamic: bool | None = None,
              prove: bool = True, buckets: bool = True, budget: int | None = None,
-             name: str | None = None) -> Diagnosis:
+             name: str | None = None, declarative: bool = True) -> Diagnosis:
     """Replay ``model`` over ``inputs`` in isolation, name each recompile's cause, prescribe, prove.
 
     - ``inputs``: a list or generator of calls: a tensor, a tuple of arguments, a dict of keyword
@@ -117,6 +117,8 @@ def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", 
     - ``prove``: apply the prescription and replay (marks on every dimension that varies, fixes; then,
       where a length varies, padding to buckets chosen for the observed sizes under ``budget`` graphs).
       The code printed is the code the proof ran. Padding is right-padding with zeros: masking is yours.
+    - ``declarative``: also prove the marks as this release's declarative spec (``shapes_spec=`` on 2.13,
+      ``dynamic_shapes=`` from 2.14), printed as an alternative (one more replay; none on 2.11-2.12).
     Every replay runs on deep copies of the model and of the calls: your model and inputs are untouched.
     """
     if not callable(model):
@@ -130,7 +132,7 @@ def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", 
     reference = eager_outputs(model, calls)
     try:
         return _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, budget,
-                         name or model_name(model))
+                         name or model_name(model), declarative)
     except DoctorError:
         raise
     except ExperimentError as e:
@@ -151,7 +153,7 @@ def diagnose_trace(directory, name: str | None = None) -> Diagnosis:
     return Diagnosis(name or str(directory), ev, cs, rx)
 
 
-def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, budget, name) -> Diagnosis:
+def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, budget, name, declarative) -> Diagnosis:
     base = replay(model, calls, backend=backend, dynamic=dynamic, names=names)
     base.outputs = reference  # the reference row compares against eager
     size_of, tensor_in = _at_compile(base, calls, names)
@@ -161,6 +163,8 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     for c in cs:
         if c.kind == "type_change" and c.shown:
             c.values = _types_seen(calls, names, c.shown)
+        if (c.input or "").startswith("___") and c.dim is not None:
+            c.follows = _follows(c, observed)
     _set_by_the_first_call(model, calls, names, cs)
     kinds = {c.kind for c in cs}
     sig_kinds = set(kinds)  # what the prediction keys on; aliasing is keyed by which inputs are one tensor
@@ -177,13 +181,17 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
         plan.config["force_parameter_static_shapes"] = False
     rx: list[Prescription] = []
     own: list[list[str]] = []  # per cause, the plan's lines it put there (what its row shows)
+    branched = _branched_on(cs)
     for c in cs:
         var = c.shown
         scalar_arg = var is not None and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                              for v in (names.arguments(k).get(var) for k in calls))
+        if scalar_arg and var in branched:  # a 0-d tensor would make the model's branch on it data-dependent
+            scalar_arg = False
         attribute = c.kind == "python_value" and names.is_self(c.detail, calls) and _ints(calls, names, c.detail)
         flag = var is not None and all(isinstance(names.arguments(k).get(var), bool) for k in calls)
         p = for_cause(c, var, unbacked=c.kind == "zero_one", is_module=attribute, scalar_arg=scalar_arg, flag=flag,
+                      branched=var in branched,
                       tensor_form=_tensor_form(calls, names, var) if c.kind == "type_change" and var else None)
         if c.kind in ("dimension", "zero_one") and var in hinted:
             p = Prescription(c.kind, c.where, "torch._dynamo.config.force_parameter_static_shapes = False  # torch's own "
@@ -310,7 +318,7 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
         diag.prescriptions.append(Prescription("all", "the whole change, as the proof ran it", plan.code(), True))
     if run.missed:
         proof.explain_miss(run, names, calls)
-    spec = _spec_plan(plan, calls, names) if not diag.rejected else None
+    spec = _spec_plan(plan, calls, names) if declarative and not diag.rejected else None
     if spec is not None:
         spec.predicted = predict(spec)
         alt = proof.prove(model, calls, spec, backend, None, reference, predict, names)
@@ -359,6 +367,19 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
                 " buckets would be the sizes themselves; the marks above are the fix", False, "not needed here"))
     diag.prescriptions.append(Prescription("stance", "after warm-up", stance_code(), False, "a choice for your service"))
     return diag
+
+
+def _follows(c: Cause, observed) -> str:
+    """``input 'x', dim 0``: the input dimension whose observed sizes include every size torch printed for a value
+    handed across a graph break (``expected 4, actual 8``), where exactly one does; else ""."""
+    sizes = {int(n) for v in c.values for n in re.findall(r"\d+", v)}
+    match = [k for k, seen in observed.items() if sizes and sizes <= set(seen)]
+    return f"input '{match[0][0]}', dim {match[0][1]}" if len(match) == 1 else ""
+
+
+def _branched_on(cs) -> set[str]:
+    """The arguments the model's code branches on by value (``if y == 2``): they stay Python numbers."""
+    return {c.input for c in cs if c.kind == "value_branch" and c.input}
 
 
 def _revealed_branches(run: Run, cs, calls, names, known) -> list[Cause]:

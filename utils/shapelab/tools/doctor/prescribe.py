@@ -135,7 +135,7 @@ def limit_code(n: int) -> str:
 
 
 def for_cause(c: Cause, var: str | None, *, unbacked: bool, is_module: bool, scalar_arg: bool,
-              tensor_form: torch.dtype | None = None, flag: bool = False) -> Prescription:
+              tensor_form: torch.dtype | None = None, flag: bool = False, branched: bool = False) -> Prescription:
     """The prescription for one cause; ``var`` is the argument's name in the user's code (if known);
     ``tensor_form``: for a type change, the dtype of the 0-d tensor a number can become (None: no such form)."""
     v = var or c.input or "x"
@@ -210,6 +210,11 @@ def for_cause(c: Cause, var: str | None, *, unbacked: bool, is_module: bool, sca
         return Prescription(c.kind, c.where, "# model.train() / model.eval() switches self.training: each mode keeps "
                             "its own graph (counted in the prediction);\n# compile one model per mode, or keep one "
                             "mode for the compiled calls", False, "the mode is the caller's")
+    if c.kind == "python_value" and branched:
+        return Prescription(c.kind, c.where, f"# `{c.detail}`: the model's code branches on {v}'s value (see its branch "
+                            "row): it stays a Python number; a 0-d tensor would make that branch data-dependent (a graph "
+                            "break); each value it is guarded on keeps its graph (counted in the prediction)", False,
+                            "the model branches on it")
     if c.kind == "python_value" and flag:
         return Prescription(c.kind, c.where, f"# `{c.detail}`: {v} is a bool, which decides control flow (model.train({v}), "
                             "say): each value keeps its own graph (counted in the prediction);\n# keep it fixed for the "
