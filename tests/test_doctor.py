@@ -209,6 +209,7 @@ def test_a_skipped_frame_is_diagnosed_live_and_from_a_trace(tmp_path):
     live = diagnose(ns["route"], ns["calls"]())
     assert live.evidence.count == 0 and live.kinds == ["data_dependent"] and "ran eagerly" in live.causes[0].where
     assert proven(live).compiles == 1
+    assert not live.rejected and "capture_scalar_outputs = True" in live.code  # 1 graph is not worse than all eager
     traced = diagnose_trace(tmp_path / "trace")
     assert diagnosis_key(traced.causes) == diagnosis_key(live.causes)
 

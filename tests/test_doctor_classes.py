@@ -218,10 +218,15 @@ def test_settings_already_active_enter_the_prediction():
         want = _counts(rank_free, calls)
     assert d.runs[0].counts == want
     assert d.proof.compiles == d.plan.predicted, d.proof.notes  # 0 and 1 share the graph under this setting
-    floats = [Call(torch.randn(3), t) for t in (1.0, 0.7, 1.3)]
+    # a float the code branches on stays a number: under specialize_float=False (2.13's default) it goes symbolic
+    # once it changes (its first value keeps a graph); under True every value is its own graph
+    floats = [Call(torch.randn(n), t) for n, t in ((4, 0.5), (8, 0.7), (5, 1.3), (6, 0.9), (7, 2.0), (9, 0.7))]
+    d = diagnose(threshold, floats, buckets=False, declarative=False)
+    assert d.runs[0].counts == _counts(threshold, floats)
+    assert "value_branch" in d.kinds and d.proof.compiles == d.plan.predicted, (d.summary(), d.proof.notes)
     with torch._dynamo.config.patch(specialize_float=True):
-        d = diagnose(add, floats, buckets=False, prove=False)
-        assert d.runs[0].counts == _counts(add, floats)
+        d = diagnose(threshold, floats, buckets=False, prove=False)
+        assert d.runs[0].counts == _counts(threshold, floats, specialize_float=True)
 
 
 def test_the_declarative_spec_is_prescribed_and_proved_where_the_release_has_it():

@@ -304,7 +304,7 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     show_as_run(cs, rx, plan, own)  # again: the proof may have softened a mark
     _only_what_ran(rx, plan)
     diag.prescriptions = _merged(rx)
-    if run.compiles > base.compiles:  # worse than as is: not the change to make
+    if _worse(run, base):  # worse than as is: not the change to make
         diag.rejected = True
         for p in rx:
             if p.applied:
@@ -323,7 +323,7 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
         spec.predicted = predict(spec)
         alt = proof.prove(model, calls, spec, backend, None, reference, predict, names)
         diag.runs.append(alt)
-        good = not alt.missed and alt.same is not False and alt.compiles <= base.compiles
+        good = not alt.missed and alt.same is not False and not _worse(alt, base)
         diag.prescriptions.append(Prescription(
             "spec", f"or, declaratively ({spec.spec_keyword}=, this release)", spec.code(), good,
             "" if good else f"its proof measured {alt.compiles} graph(s), predicted {alt.predicted}"
@@ -377,6 +377,13 @@ def _follows(c: Cause, observed) -> str:
     return f"input '{match[0][0]}', dim {match[0][1]}" if len(match) == 1 else ""
 
 
+def _worse(run: Run, base: Run) -> bool:
+    """More graphs than as is, where as is compiled every call (no frame skipped, no call fallen back to eager:
+    there fewer graphs is not better, the calls ran uncompiled)."""
+    whole = not base.evidence.skipped and not base.evidence.fell_back
+    return whole and run.compiles > base.compiles
+
+
 def _branched_on(cs) -> set[str]:
     """The arguments the model's code branches on by value (``if y == 2``): they stay Python numbers."""
     return {c.input for c in cs if c.kind == "value_branch" and c.input}
@@ -411,6 +418,9 @@ def _spec_plan(plan: Plan, calls, names) -> Plan | None:
     keyword = compat.declarative_spec_keyword()
     marks = [(n, d) for n, d, k in plan.marks if k != "static"]
     if keyword is None or not marks or plan.pad or plan.partial or not all(n.isidentifier() for n, _ in marks):
+        return None
+    frame = names.frame.parameters if names.frame is not None and not names.wrapped else {}
+    if not all(n in frame for n, _ in marks):  # the spec names the compiled frame's parameters (not a wrapper's *args)
         return None
     ranks = {}
     for n, _ in marks:

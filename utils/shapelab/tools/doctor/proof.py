@@ -29,6 +29,7 @@ def residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], name
 
     marked = {(n, d): k for n, d, k in plan.marks}
     unbacked_auto = getattr(config, "automatic_dynamic_shapes_mark_as", "dynamic") == "unbacked"
+    # (a float argument kept as a number: keyed by whether it is the first value, see _unspecialised)
     specialized = ("dynamic", "maybe_dynamic") if not unbacked_auto else ()
     first = {v: names.value(v, calls[0]) for v in values} if calls else {}
     prep = compile("".join(line + "\n" for line in plan.prep), "<prescription>", "exec") if plan.prep else None
@@ -40,10 +41,10 @@ def residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], name
         if "aliasing" in kinds:  # which tensor arguments are one tensor: aliased inputs get their own graph
             ts = [(n, a) for n, a in names.arguments(c).items() if isinstance(a, torch.Tensor)]
             key.append(tuple((n, m) for i, (n, a) in enumerate(ts) for m, b in ts[i + 1:] if a is b))
+        arguments = names.arguments(c)
         for v in values:  # a guarded value the fix leaves alone
             now = names.value(v, c)
-            float_arg = isinstance(now, float) and not getattr(config, "specialize_float", True)
-            key.append((v, now == first[v]) if float_arg else (v, repr(now)))
+            key.append((v, now == first[v]) if v in arguments and _unspecialised(now) else (v, repr(now)))
         key += [(v, any(names.value(v, c) is e for e in (None, MISSING))) for v in optional]  # not passed: None
         key += [(b, _truth(names.value(b, c))) for b in branches]
         args = names.arguments(c)
@@ -66,11 +67,21 @@ def residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], name
                 pass  # keyed by its dimensions above, or by its type
             elif "identity" in kinds and not isinstance(a, (int, float, bool, str, type(None))):
                 key.append((name, id(a)))
-            elif isinstance(a, (int, float)) and not isinstance(a, bool) and "python_value" in kinds \
+            elif isinstance(a, (int, float)) and not isinstance(a, bool) and "python_value" in kinds and name not in values \
                     and not any(line.startswith(f"{name} = torch.tensor(") for line in plan.prep):
                 key.append((name, a))
         sigs.add(tuple(key))
     return len(sigs)
+
+
+def _unspecialised(value) -> bool:
+    """Whether a number argument goes symbolic once it changes (automatic dynamic): the first value keeps its own
+    graph and the rest share one; ``specialize_float`` / ``specialize_int`` keep one graph per value instead."""
+    from torch._dynamo import config
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return not getattr(config, "specialize_float" if isinstance(value, float) else "specialize_int", False)
 
 
 def _truth(value) -> object:
