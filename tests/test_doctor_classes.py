@@ -183,10 +183,25 @@ def test_a_row_says_applied_only_if_the_proof_applied_it():
     d = diagnose(rank_free, calls, buckets=False)
     assert d.runs[0].counts == _counts(rank_free, calls)
     assert "rank" in d.kinds, d.summary()
+    [dim] = [p for p in d.prescriptions if p.kind == "dimension"]
+    assert not dim.applied and "did not apply" in dim.note  # x's rank varies: no mark holds, none was run
     for p in d.prescriptions:
         if p.applied and p.kind not in ("all", "spec"):
             assert all(line.split("  #")[0].strip() in d.code for line in p.code.splitlines()
                        if line.strip() and not line.lstrip().startswith("#")), (p.where, p.code, d.code)
+
+
+def rank_and_length(x, y):
+    return x.sum() + y * 2
+
+
+def test_a_rank_change_is_counted_once_beside_a_mark_that_holds():
+    calls = [Call(torch.randn(3), torch.randn(n)) for n in (2, 4)] + [
+        Call(torch.randn(3, 2), torch.randn(n)) for n in (5, 7)] + [Call(torch.randn(3), torch.randn(6))]
+    d = diagnose(rank_and_length, calls, buckets=False, declarative=False)
+    assert d.runs[0].counts == _counts(rank_and_length, calls)
+    assert {"rank", "dimension"} <= set(d.kinds) and "mark_dynamic(y, 0)" in d.code and "(x," not in d.code
+    assert d.proof.compiles == d.plan.predicted == 2, d.proof.notes  # one graph per rank of x
 
 
 class Moded(nn.Module):

@@ -250,7 +250,7 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     # a branch torch printed (the model's on a size or a value, torch's own range): keyed by its truth per call
     branches = _branches(cs, calls, names)
     typed = sorted({c.shown for c in cs if c.kind in ("type_change", "parameter_tensor") and c.shown})
-    extra = sum(c.graphs for c in cs if c.kind in ("other", "rank") or (c.kind == "optional" and not c.shown)
+    extra = sum(c.graphs for c in cs if c.kind == "other" or (c.kind == "optional" and not c.shown)
                 or (c.kind in BRANCHES and _expression(c) not in branches)
                 or (c.kind == "set_by_call" and not rx[cs.index(c)].applied))
     extra += sum(c.graphs for c in kept_values if c.detail not in readable)
