@@ -172,6 +172,12 @@ _NEXT = {  # per kind of cause still recompiling after the fix: what to try next
     "dtype_device": "convert that input to one dtype and device at the boundary",
     "global_state": "call the model under one grad mode (or compile one function per mode)",
     "python_value": "pass the value as a 0-d tensor, or accept one graph per value",
+    "type_change": "pass the same type every call: a tensor every time, or a Python number every time",
+    "parameter_tensor": "pass the same kind of tensor every call: the nn.Parameter, or a plain tensor",
+    "value_branch": "the model's code branches on this value: one graph per side is the least",
+    "library_range": "torch's own code guards this range: keep the sizes inside it, or accept the graph",
+    "rank": "a rank cannot be made dynamic: one graph per rank",
+    "optional": "pass a tensor every call (one the model reads as neutral), or accept one graph per case",
     "identity": "pass the same object each call",
     "data_dependent": "capture the data-dependent op (capture_scalar_outputs / capture_dynamic_output_shape_ops)",
     "graph_break": "rewrite the line torch names",
@@ -191,9 +197,12 @@ def explain_miss(run: Run, names: Names, calls) -> None:
     measured = f"{run.compiles} graph(s) within its first {len(run.counts)} call(s), where it stopped" if run.stopped \
         else f"{run.compiles} graph(s)"
     lines = [f"the prediction missed: measured {measured}, predicted {run.predicted}"]
+    printed = [f for g in run.evidence.graphs for f in g.failures]  # what torch's recompile log itself said
     for c in remaining:
-        lines.append(f"still recompiling: {c.label} at {c.where} ({c.graphs} graph(s)); torch printed "
-                     f"`{c.reasons[0] if c.reasons else c.detail}`; next: {_NEXT.get(c.kind, _NEXT['other'])}")
+        text = c.reasons[0] if c.reasons else c.detail
+        said = "torch printed" if any(text in f for f in printed) or not c.compile_ids else "the failed guard is"
+        lines.append(f"still recompiling: {c.label} at {c.where} ({c.graphs} graph(s)); {said} "
+                     f"`{text}`; next: {_NEXT.get(c.kind, _NEXT['other'])}")
     if elsewhere:
         lines.append(f"and {len(elsewhere)} recompile(s) of frames that graph breaks split off the model "
                      "(their guards name the frame's own locals)")
