@@ -198,15 +198,18 @@ def calls():
 
 
 def test_a_skipped_frame_is_diagnosed_live_and_from_a_trace(tmp_path):
+    from test_doctor_classes import _trace  # torch's own TORCH_TRACE, written in this process (no second import)
+
     src = tmp_path / "loop.py"
     src.write_text(LOOP)
-    assert main(["--model", f"{src}:route", "--inputs", f"{src}:calls", "--out", str(tmp_path / "r.md"),
-                 "--record-trace", str(tmp_path / "trace")]) == 0
+    assert main(["--model", f"{src}:route", "--inputs", f"{src}:calls", "--out", str(tmp_path / "r.md")]) == 0
     ns = {}
     exec(LOOP, ns)
+    _trace(ns["route"], [Call(c) for c in ns["calls"]()], tmp_path / "trace")
     live = diagnose(ns["route"], ns["calls"]())
     assert live.evidence.count == 0 and live.kinds == ["data_dependent"] and "ran eagerly" in live.causes[0].where
     assert proven(live).compiles == 1
+    assert not live.rejected and "capture_scalar_outputs = True" in live.code  # 1 graph is not worse than all eager
     traced = diagnose_trace(tmp_path / "trace")
     assert diagnosis_key(traced.causes) == diagnosis_key(live.causes)
 

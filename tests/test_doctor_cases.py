@@ -7,9 +7,9 @@ import random
 import pytest
 import torch
 import torch.nn as nn
-from torch._dynamo.testing import CompileCounter
 
 from shapelab.tools.doctor import Call, diagnose
+from test_doctor_classes import _counts  # torch's own count per call: the ground truth
 from test_doctor_zoo import NS
 
 Recurrent = NS["Recurrent"]  # the zoo's hand-written RNN, its initial hidden state optional
@@ -34,20 +34,6 @@ def _pasted_on_every_call(d, model, calls) -> None:
                     exec(p.code, _scope(model, call.fresh()))
                 except Exception as e:  # pragma: no cover - the failure message is the point
                     pytest.fail(f"row {p.where!r}: {p.code!r} raised on call {i}: {type(e).__name__}: {e}")
-
-
-def _counts(model, calls) -> list[int]:
-    """Torch's own count of graphs after each call (a CompileCounter; the ground truth)."""
-    torch._dynamo.reset()
-    cnt = CompileCounter()
-    compiled = torch.compile(model, backend=cnt)
-    out = []
-    for call in calls:
-        call = call.fresh()
-        compiled(*call.args, **call.kwargs)
-        out.append(cnt.frame_count)
-    torch._dynamo.reset()
-    return out
 
 
 def masked(x, mask=None):

@@ -18,11 +18,16 @@ KINDS = {
     "zero_one": "0/1 specialisation",
     "size_branch": "a branch of the model's code on a size",
     "stride": "a stride (memory layout) that varies",
+    "rank": "a tensor whose number of dimensions varies",
     "dtype_device": "dtype, device or requires_grad",
     "global_state": "grad mode or other global state",
     "python_value": "a Python scalar or attribute value",
     "call_signature": "how the call passes its arguments (positional or keyword, which keywords)",
     "optional": "an argument that is None in some calls",
+    "type_change": "an argument whose type changes (a tensor in some calls, a Python number in others)",
+    "parameter_tensor": "a Parameter replaced by a plain tensor",
+    "value_branch": "a branch of the model's code on a Python number's value",
+    "library_range": "a size range that torch's own code guards",
     "set_by_call": "an attribute the model's first call sets",
     "identity": "object identity",
     "data_dependent": "a data-dependent graph break",
@@ -36,6 +41,10 @@ _SIZE = re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<dim>-?\d+
 _STRIDE = re.compile(r"tensor '(?P<name>.+?)' stride mismatch at index (?P<dim>-?\d+)")
 _TENSOR_PROP = re.compile(r"tensor '(?P<name>.+?)' (?P<what>dtype|device|requires_grad|dispatch key set) mismatch")
 _NONE = re.compile(r"^(?P<name>[A-Za-z_][\w\.\[\]']*) is (?:not )?None$")
+# torch's own words when a guarded tensor is passed as something else: None, a number, a plain tensor for a Parameter
+_TYPE = re.compile(r"expected type of '(?P<name>[^']+)' to be a tensor type, '? ?but found <class '(?P<found>[\w.]+)'>")
+# a relation between a Python number argument and a constant: the model's code branched on its value
+_RELATION = re.compile(r"^(?P<expr>[A-Za-z_][\w\.\[\]']*) (?P<op>!=|<=|>=|<|>) (?P<val>-?[\d.]+)$")
 _NOT_A_TENSOR = re.compile(r"^check_tensor\((?P<name>[A-Za-z_][\w\.\[\]']*), ")  # what was a tensor is not (None)
 # a size bounded below by 2: where it fails, the call's size was 0 or 1 (the 0/1 rule) or above the upper bound
 _LOWER_TWO = re.compile(r"(?:^|\s|\()2 <= (?P<name>[A-Za-z_][\w\.\[\]']*?)\.size\(\)\[(?P<dim>\d+)\]")
@@ -84,6 +93,9 @@ def readings(reason: str) -> list[Reading]:
 def classify_reason(reason: str) -> Reading:
     """The kind of one failed guard (as ``TORCH_LOGS=recompiles`` prints it)."""
     text = guard_text(reason)
+    m = _TYPE.search(text)
+    if m:
+        return type_reading(m.group("name"), m.group("found"))
     m = _ZERO_ONE.match(text)
     if m:
         return Reading("zero_one", m.group("name"), int(m.group("dim")), text)
@@ -91,6 +103,9 @@ def classify_reason(reason: str) -> Reading:
     if m:  # a size of 0 or 1 gets its own graph whatever else is dynamic: the 0/1 rule
         kind = "zero_one" if m.group("act") in ("0", "1") else "dimension"
         return Reading(kind, m.group("name"), int(m.group("dim")), f"expected {m.group('exp')}, actual {m.group('act')}")
+    m = re.search(r"tensor '(?P<name>.+?)' rank mismatch", text)
+    if m:
+        return Reading("rank", m.group("name"), None, text)
     m = _STRIDE.search(text)
     if m:
         return Reading("stride", m.group("name"), int(m.group("dim")), text)
@@ -117,14 +132,39 @@ def classify_reason(reason: str) -> Reading:
         name = m.group(1) if m else None
         return Reading("identity", name.split(".")[0] if name else None, None, name or text)
     m = _SYM_SIZE.search(text)
-    if m:  # any other guard on a size: the model's code compared or computed with it
+    if m:  # any other guard on a size: the model's code compared or computed with it (or torch's own module's)
         where = where_in_user_code(reason)
-        return Reading("size_branch", m.group("name"), int(m.group("dim")), text + (f" (at {where})" if where else ""))
+        kind = "library_range" if where and in_torch(where) else "size_branch"
+        return Reading(kind, m.group("name"), int(m.group("dim")), text + (f" (at {where})" if where else ""))
+    m = _RELATION.match(text)
+    if m:  # ``y != 2`` on a symbolic int: the code's ``if y == 2`` decided which graph
+        return Reading("value_branch", m.group("expr").split(".")[0].split("[")[0], None, text)
     m = _VALUE.match(text)
     if m:
         expr = m.group("expr")
         return Reading("python_value", expr.split(".")[0].split("[")[0], None, expr)
     return Reading("other", None, None, text)
+
+
+def type_reading(name: str, found: str) -> Reading:
+    """What torch's "expected type of 'y' to be a tensor type, but found <class 'X'>" means: None (an optional
+    argument), a plain ``torch.Tensor`` where a Parameter was compiled, or another type (a number)."""
+    if found == "NoneType":
+        return Reading("optional", name, None, name)
+    if found == "torch.Tensor":
+        return Reading("parameter_tensor", name, None, name)
+    return Reading("type_change", name, None, name)
+
+
+def in_torch(where: str) -> bool:
+    """Whether ``nn/modules/conv.py:560 in _conv_forward`` (a file as torch shortens it) is torch's own source."""
+    import os
+
+    import torch
+
+    path = where.split(":", 1)[0]
+    root = os.path.dirname(torch.__file__)
+    return bool(path) and not path.startswith(("/", ".")) and os.path.isfile(os.path.join(root, path))
 
 
 def classify_break(text: str) -> str:
@@ -146,6 +186,7 @@ class Cause:
     reasons: list[str] = field(default_factory=list)  # as torch printed them, up to three distinct
     values: list[str] = field(default_factory=list)
     shown: str | None = None  # the argument's name in the user's code, where it differs from the guard's
+    follows: str = ""  # for a value handed across a graph break: the input dimension whose sizes it has
 
     @property
     def name(self) -> str:
@@ -159,10 +200,23 @@ class Cause:
     def where(self) -> str:
         if self.kind in ("dimension", "zero_one", "stride") and self.input is not None:
             if self.input.startswith("___"):
-                return f"'{self.input}' (a value handed across a graph break), dim {self.dim}"
+                what = f"whose sizes are those of {self.follows}" if self.follows else "computed before the break"
+                return (f"a tensor the model computed before a graph break and uses after it ({what}; torch's internal "
+                        f"name for it: `{self.input}`), dim {self.dim}")
             return f"input '{self.name}', dim {self.dim}"
         if self.kind == "size_branch":
             return f"input '{self.name}', dim {self.dim}: `{self.detail}`"
+        if self.kind == "library_range":
+            return f"input '{self.name}', dim {self.dim}: `{self.detail}` (torch's own code, not the model's)"
+        if self.kind == "type_change":
+            seen = f": {', '.join(self.values)}" if self.values else ""
+            return f"input '{self.name}' (its type changes between calls{seen})"
+        if self.kind == "parameter_tensor":
+            return f"input '{self.name}' (an nn.Parameter when compiled, a plain tensor in a later call)"
+        if self.kind == "value_branch":
+            return f"`{self.detail}`"
+        if self.kind == "rank":
+            return f"input '{self.name}' (its number of dimensions varies)"
         if self.kind == "dtype_device":
             return f"input '{self.name}' ({self.detail})"
         if self.kind in ("python_value", "identity"):
@@ -191,24 +245,39 @@ def zero_one_below_two(r: Reading, size: int | None) -> Reading:
     return r
 
 
-def causes(ev: Evidence, size_of: Callable[[str, str, int], int | None] | None = None) -> list[Cause]:
+def causes(ev: Evidence, size_of: Callable[[str, str, int], int | None] | None = None,
+           tensor_in: Callable[[str, str], bool | None] | None = None) -> list[Cause]:
     """Group the evidence's recompiles and breaks into causes, the costliest first. ``size_of(compile_id,
-    input, dim)``, where known, is the size of that input in the call that compiled the graph."""
+    input, dim)``, where known, is the size of that input in the call that compiled the graph; ``tensor_in(
+    compile_id, input)`` whether that input was a tensor there (else read from the trace's graph inputs)."""
     found: dict[tuple, Cause] = {}
     for g in ev.graphs:
         if not g.cause:
             continue
-        for r in readings(g.cause):
+        # torch's own words on a type (None, a number, a plain tensor for a Parameter) outrank the guard re-read
+        # from the cached graph (``check_tensor(y, ...)``, a requires_grad mismatch), which cannot tell them apart
+        typed = {m.group("name"): (type_reading(m.group("name"), m.group("found")), guard_text(f))
+                 for f in g.failures for m in [_TYPE.search(f)] if m}
+        for r in readings(g.cause) + _also_symbolic(g, ev, tensor_in):
+            said = None
+            if r.input in typed and r.kind in ("dtype_device", "optional"):
+                r, said = typed[r.input]
             if r.kind == "size_branch" and size_of is not None:
                 r = zero_one_below_two(r, size_of(g.compile_id, r.input, r.dim))
+            if r.kind == "python_value" and r.input == r.detail and _tensor_now(g, r.input, tensor_in):
+                r, said = Reading("type_change", r.input, None, r.input), None  # ``y == 2``, and y is now a tensor
             key = (r.kind, r.input, r.dim,
-                   None if r.kind in ("dimension", "zero_one", "stride", "call_signature", "optional") else r.detail)
+                   None if r.kind in ("dimension", "zero_one", "stride", "call_signature", "optional", "type_change",
+                                     "parameter_tensor", "rank") else r.detail)
             c = found.setdefault(key, Cause(r.kind, r.input, r.dim, r.detail))
             if g.compile_id in c.compile_ids:
                 continue
             c.graphs += 1
             c.compile_ids.append(g.compile_id)
-            short = r.detail if r.kind in ("size_branch", "zero_one") and "size()" in r.detail else _one_guard(g.cause, r)
+            hint = [f for f in g.failures if "force_parameter_static_shapes" in f and f"'{r.input}'" in f]
+            said = said or (guard_text(hint[0]) if hint and r.kind == "dimension" else None)  # torch's advice, kept
+            short = said or (r.detail if r.kind in ("size_branch", "library_range", "zero_one") and "size()" in r.detail
+                             else _one_guard(g.cause, r))
             if short not in c.reasons and len(c.reasons) < 3:
                 c.reasons.append(short)
             if r.kind == "dimension" and r.detail:
@@ -230,6 +299,32 @@ def causes(ev: Evidence, size_of: Callable[[str, str, int], int | None] | None =
         found[("limit",)] = c
     order = list(KINDS)
     return sorted(found.values(), key=lambda c: (c.kind == "limit", -c.graphs, order.index(c.kind)))
+
+
+def _also_symbolic(g, ev: Evidence, tensor_in) -> list[Reading]:
+    """From a trace (which keeps one failed guard per graph): the other dimensions of the input named in a size
+    mismatch that this graph made symbolic where the graph that failed had them static, as a live replay
+    (every failed guard) names them."""
+    if tensor_in is not None or not g.tensors or not g.cause:
+        return []
+    gid = g.cause.split(":", 1)[0].strip()
+    before = next((h.tensors for h in ev.graphs if h.compile_id == gid and h.tensors), None)
+    out = []
+    for r in readings(g.cause):
+        key = f"l_{(r.input or '').lower()}_"
+        if r.kind != "dimension" or before is None or key not in g.tensors or key not in before:
+            continue
+        now, then = g.tensors[key], before[key]
+        out += [Reading("dimension", r.input, d, f"expected {then[d]}") for d in range(min(len(now), len(then)))
+                if d != r.dim and isinstance(now[d], str) and isinstance(then[d], int)]
+    return out
+
+
+def _tensor_now(g, name: str, tensor_in) -> bool:
+    """Whether ``name`` was a tensor in the call that compiled ``g`` (live: the call; a trace: its graph inputs)."""
+    if tensor_in is not None:
+        return bool(tensor_in(g.compile_id, name))
+    return bool(g.tensors) and f"l_{name.lower()}_" in g.tensors
 
 
 def _one_guard(cause: str, r: Reading) -> str:

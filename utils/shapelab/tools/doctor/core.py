@@ -5,6 +5,7 @@ reports are drawn from. See the package docstring.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -34,6 +35,7 @@ class Diagnosis:
     also_varies: list[str] = field(default_factory=list)  # dimensions seen varying that no guard named
     plan: Plan | None = None  # the change the first proof applied (its code is what is printed)
     proved: bool = False  # whether a proof replay ran
+    rejected: bool = False  # the proof measured more graphs than as is: no change is printed
 
     def table(self) -> Table:
         """One row per cause."""
@@ -56,8 +58,8 @@ class Diagnosis:
 
     @property
     def code(self) -> str:
-        """The change to paste, exactly as the (first) proof ran it."""
-        return self.plan.code() if self.plan is not None else ""
+        """The change to paste, exactly as the (first) proof ran it ("" where its proof was worse than as is)."""
+        return self.plan.code() if self.plan is not None and not self.rejected else ""
 
     def summary(self) -> str:
         ev = self.evidence
@@ -105,7 +107,7 @@ class DoctorInternalError(RuntimeError):
 
 def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", dynamic: bool | None = None,
              prove: bool = True, buckets: bool = True, budget: int | None = None,
-             name: str | None = None) -> Diagnosis:
+             name: str | None = None, declarative: bool = True) -> Diagnosis:
     """Replay ``model`` over ``inputs`` in isolation, name each recompile's cause, prescribe, prove.
 
     - ``inputs``: a list or generator of calls: a tensor, a tuple of arguments, a dict of keyword
@@ -115,6 +117,8 @@ def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", 
     - ``prove``: apply the prescription and replay (marks on every dimension that varies, fixes; then,
       where a length varies, padding to buckets chosen for the observed sizes under ``budget`` graphs).
       The code printed is the code the proof ran. Padding is right-padding with zeros: masking is yours.
+    - ``declarative``: also prove the marks as this release's declarative spec (``shapes_spec=`` on 2.13,
+      ``dynamic_shapes=`` from 2.14), printed as an alternative (one more replay; none on 2.11-2.12).
     Every replay runs on deep copies of the model and of the calls: your model and inputs are untouched.
     """
     if not callable(model):
@@ -128,7 +132,7 @@ def diagnose(model: Callable, inputs: Iterable[Any], *, backend: str = "eager", 
     reference = eager_outputs(model, calls)
     try:
         return _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, budget,
-                         name or model_name(model))
+                         name or model_name(model), declarative)
     except DoctorError:
         raise
     except ExperimentError as e:
@@ -149,12 +153,18 @@ def diagnose_trace(directory, name: str | None = None) -> Diagnosis:
     return Diagnosis(name or str(directory), ev, cs, rx)
 
 
-def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, budget, name) -> Diagnosis:
+def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, budget, name, declarative) -> Diagnosis:
     base = replay(model, calls, backend=backend, dynamic=dynamic, names=names)
     base.outputs = reference  # the reference row compares against eager
-    cs = find_causes(base.evidence, _size_at_compile(base, calls, names))
+    size_of, tensor_in = _at_compile(base, calls, names)
+    cs = find_causes(base.evidence, size_of, tensor_in)
     observed = varying_dims(calls, names)
     names.name_causes(cs, calls)
+    for c in cs:
+        if c.kind == "type_change" and c.shown:
+            c.values = _types_seen(calls, names, c.shown)
+        if (c.input or "").startswith("___") and c.dim is not None:
+            c.follows = _follows(c, observed)
     _set_by_the_first_call(model, calls, names, cs)
     kinds = {c.kind for c in cs}
     sig_kinds = set(kinds)  # what the prediction keys on; aliasing is keyed by which inputs are one tensor
@@ -163,17 +173,36 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
         sig_kinds = (sig_kinds - {"identity"}) | {"aliasing"}
 
     plan = Plan("with the prescription")
+    # torch's own hint on a Parameter's size ("consider using torch._dynamo.config.force_parameter_static_shapes
+    # = False") is taken: the config, not a mark on a Parameter; those sizes then go dynamic as any input's do
+    hinted = {c.shown for c in cs if c.shown and any(PARAMETER_HINT in r for r in c.reasons + [c.detail])}
+    hinted |= {v for (v, _d) in observed if _parameter(calls, names, v)} if hinted else set()
+    if hinted:
+        plan.config["force_parameter_static_shapes"] = False
     rx: list[Prescription] = []
     own: list[list[str]] = []  # per cause, the plan's lines it put there (what its row shows)
+    branched = _branched_on(cs)
     for c in cs:
         var = c.shown
         scalar_arg = var is not None and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                              for v in (names.arguments(k).get(var) for k in calls))
-        attribute = c.kind == "python_value" and names.is_self(c.detail, calls)
-        p = for_cause(c, var, unbacked=c.kind == "zero_one", is_module=attribute, scalar_arg=scalar_arg)
+        if scalar_arg and var in branched:  # a 0-d tensor would make the model's branch on it data-dependent
+            scalar_arg = False
+        attribute = c.kind == "python_value" and names.is_self(c.detail, calls) and _ints(calls, names, c.detail)
+        flag = var is not None and all(isinstance(names.arguments(k).get(var), bool) for k in calls)
+        p = for_cause(c, var, unbacked=c.kind == "zero_one", is_module=attribute, scalar_arg=scalar_arg, flag=flag,
+                      branched=var in branched,
+                      tensor_form=_tensor_form(calls, names, var) if c.kind == "type_change" and var else None)
+        if c.kind in ("dimension", "zero_one") and var in hinted:
+            p = Prescription(c.kind, c.where, "torch._dynamo.config.force_parameter_static_shapes = False  # torch's own "
+                             "hint: a Parameter's sizes may then be dynamic (mark_dynamic on a Parameter is ignored)", True)
         rx.append(p)
         lines: list[str] = []
-        if p.applied and c.kind == "stride" and var is not None:
+        if c.kind in ("dimension", "zero_one") and var in hinted:
+            lines = ["torch._dynamo.config.force_parameter_static_shapes = False"]
+        elif p.applied and c.kind in ("type_change", "parameter_tensor"):
+            lines = [p.code]
+        elif p.applied and c.kind == "stride" and var is not None:
             lines = [f"{var} = {var}.contiguous()  # one memory layout, one graph"]
         elif p.applied and attribute:
             plan.config["allow_unspec_int_on_nn_module"] = True
@@ -185,7 +214,7 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
             lines = [f"torch._dynamo.config.{k} = True" for k in ("capture_dynamic_output_shape_ops", "capture_scalar_outputs")]
         elif p.applied and c.kind == "set_by_call":
             plan.setup += [p.code] if p.code not in plan.setup else []
-        if c.kind in ("stride", "python_value") and not attribute:
+        if c.kind in ("stride", "python_value", "type_change", "parameter_tensor") and not attribute:
             plan.prep += [line for line in lines if line not in plan.prep]
         own.append(lines or ([p.code] if c.kind == "set_by_call" else []))
     # Every dimension that varies is marked (a dimension torch ties to a marked one must be marked too,
@@ -196,8 +225,11 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     # for mark_dynamic, with a note, when it breaks the model into more graphs than predicted.
     # (unbacked only where a proof can drop it: unproven, the prediction must be mark_dynamic's)
     zero_one = {(c.shown, c.dim) for c in cs if c.kind == "zero_one" and "size()" in c.detail} if prove else set()
+    auto = {k: v for k, v in observed.items() if k[0] in hinted}
     if kinds - {"graph_break"}:
         for (var, d), sizes in sorted(observed.items()):
+            if var in hinted:
+                continue
             kind = "unbacked" if (var, d) in zero_one else "dynamic"
             plan.marks.append((var, d, kind))
             if tensor_in_some_calls_only(calls, names, var):
@@ -215,7 +247,11 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     readable = [c.detail for c in kept_values if all(names.value(c.detail, k) is not MISSING for k in calls)]
     # an argument that is None in some calls: each case its own graph, keyed by whether it is None
     optional = sorted({c.input for c in cs if c.kind == "optional" and c.shown and c.input})
-    extra = sum(c.graphs for c in cs if c.kind in ("other", "size_branch") or (c.kind == "optional" and not c.shown)
+    # a branch torch printed (the model's on a size or a value, torch's own range): keyed by its truth per call
+    branches = _branches(cs, calls, names)
+    typed = sorted({c.shown for c in cs if c.kind in ("type_change", "parameter_tensor") and c.shown})
+    extra = sum(c.graphs for c in cs if c.kind == "other" or (c.kind == "optional" and not c.shown)
+                or (c.kind in BRANCHES and _expression(c) not in branches)
                 or (c.kind == "set_by_call" and not rx[cs.index(c)].applied))
     extra += sum(c.graphs for c in kept_values if c.detail not in readable)
     if any(c.kind == "size_branch" for c in cs):
@@ -226,12 +262,17 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
         plan.notes.append("a module int attribute made unspecialised still costs one graph for its first value")
 
     def predict(p: Plan) -> int:
-        return frames * proof.residual_signatures(calls, p, sig_kinds, names, readable, optional) + (extra if not p.pad else 0)
+        first_static = sum(1 for (v, d), sizes in auto.items() if sizes[0] not in (0, 1)
+                           and len({n for n in sizes if n not in (0, 1)}) > 1)  # as automatic dynamic: the first size
+        auto_plan = Plan(p.label, p.marks + [(v, d, "dynamic") for (v, d) in auto], list(p.prep), pad=dict(p.pad))
+        return frames * (proof.residual_signatures(calls, auto_plan, sig_kinds, names, readable, optional, branches, typed)
+                         + min(first_static, 1)) + (extra if not p.pad else 0)
 
     plan.predicted = predict(plan)
     diag = Diagnosis(name, base.evidence, cs, rx, [base], also_varies=also, plan=plan)
     recompiles = any(c.kind != "graph_break" for c in cs)
     show_as_run(cs, rx, plan, own)
+    _only_what_ran(rx, plan)
     diag.prescriptions = _merged(rx)
     if not recompiles or plan.empty:
         return diag
@@ -247,11 +288,48 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
         proof.explain_miss(t, names, calls)
         diag.runs.append(t)
     diag.runs.append(run)
+    revealed = _revealed_branches(run, cs, calls, names, branches) if run.missed and not run.stopped else []
+    if revealed:  # a branch torch printed only once the dimension was symbolic decides the count: named, counted
+        before = plan.predicted
+        cs += revealed
+        diag.prescriptions = rx = rx + [for_cause(c, c.shown, unbacked=False, is_module=False, scalar_arg=False)
+                                         for c in revealed]
+        own += [[] for _ in revealed]
+        branches += [_expression(c) for c in revealed]
+        plan.predicted = run.predicted = predict(plan)
+        note = (f"predicted {before} before the proof; torch's guard `{_expression(revealed[0])}`, printed only once the "
+                f"dimension was symbolic, decides the count: {plan.predicted} counted with it (from the calls, not measured)")
+        plan.notes.append(note)
+        run.notes.append(note)
     show_as_run(cs, rx, plan, own)  # again: the proof may have softened a mark
+    _only_what_ran(rx, plan)
     diag.prescriptions = _merged(rx)
-    diag.prescriptions.append(Prescription("all", "the whole change, as the proof ran it", plan.code(), True))
+    if _worse(run, base):  # worse than as is: not the change to make
+        diag.rejected = True
+        for p in rx:
+            if p.applied:
+                p.applied, p.note = False, f"the proof of the whole change measured {run.compiles} graphs, {base.compiles} as is"
+        diag.prescriptions.append(Prescription(
+            "all", "no change printed", f"# the change the doctor tried measured {run.compiles} graph(s) against "
+            f"{base.compiles} as is: worse, so it is not the prescription; what it tried is in the proof's notes", False,
+            "worse than as is"))
+        run.notes.append("tried: " + plan.code().replace("\n", "; "))
+    else:
+        diag.prescriptions.append(Prescription("all", "the whole change, as the proof ran it", plan.code(), True))
     if run.missed:
         proof.explain_miss(run, names, calls)
+    spec = _spec_plan(plan, calls, names) if declarative and not diag.rejected else None
+    if spec is not None:
+        spec.predicted = predict(spec)
+        alt = proof.prove(model, calls, spec, backend, None, reference, predict, names)
+        diag.runs.append(alt)
+        good = not alt.missed and alt.same is not False and not _worse(alt, base)
+        diag.prescriptions.append(Prescription(
+            "spec", f"or, declaratively ({spec.spec_keyword}=, this release)", spec.code(), good,
+            "" if good else f"its proof measured {alt.compiles} graph(s), predicted {alt.predicted}"
+                            + ("" if alt.same is not False else ", outputs changed")))
+        if alt.missed:
+            proof.explain_miss(alt, names, calls)
 
     # buckets: the varying dimension with the most distinct sizes, padded, static per bucket
     dyn = [(v, d) for v, d, k in plan.marks]
@@ -291,20 +369,144 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     return diag
 
 
-def _size_at_compile(run: Run, calls, names):
-    """``size_of(compile_id, source, dim)``: that input's size in the call that compiled the graph (None if unknown)."""
+def _follows(c: Cause, observed) -> str:
+    """``input 'x', dim 0``: the input dimension whose observed sizes include every size torch printed for a value
+    handed across a graph break (``expected 4, actual 8``), where exactly one does; else ""."""
+    sizes = {int(n) for v in c.values for n in re.findall(r"\d+", v)}
+    match = [k for k, seen in observed.items() if sizes and sizes <= set(seen)]
+    return f"input '{match[0][0]}', dim {match[0][1]}" if len(match) == 1 else ""
+
+
+def _worse(run: Run, base: Run) -> bool:
+    """More graphs than as is, where as is compiled every call (no frame skipped, no call fallen back to eager:
+    there fewer graphs is not better, the calls ran uncompiled)."""
+    whole = not base.evidence.skipped and not base.evidence.fell_back
+    return whole and run.compiles > base.compiles
+
+
+def _branched_on(cs) -> set[str]:
+    """The arguments the model's code branches on by value (``if y == 2``): they stay Python numbers."""
+    return {c.input for c in cs if c.kind == "value_branch" and c.input}
+
+
+def _revealed_branches(run: Run, cs, calls, names, known) -> list[Cause]:
+    """Branches (on a size or a value) that the proof's replay printed and the diagnosis had not counted."""
+    have = {(c.kind, c.detail) for c in cs}
+    out = []
+    for c in find_causes(run.evidence):
+        if c.kind in BRANCHES and (c.kind, c.detail) not in have and all(i.startswith("0/") for i in c.compile_ids):
+            c.shown = names.user_name(c.input, calls)
+            if _expression(c) not in known and all(names.value(_expression(c), k) is not MISSING for k in calls):
+                c.detail += " (printed by the proof's replay, once the dimension was symbolic)"
+                out.append(c)
+    return out
+
+
+def _only_what_ran(rx: list[Prescription], plan: Plan) -> None:
+    """A row says "applied" only if its lines are in the code the proof ran (a mark of an input whose rank
+    varies, say, is left out of the plan: its row says so)."""
+    ran = {line.split("  #")[0].strip() for line in plan.code().splitlines()}
+    for p in rx:
+        lines = [ln.split("  #")[0].strip() for ln in p.code.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        if p.applied and lines and not all(ln in ran for ln in lines):
+            p.applied, p.note = False, "the proof did not apply it (its input's rank varies, or it is not an argument)"
+
+
+def _spec_plan(plan: Plan, calls, names) -> Plan | None:
+    """The marks as this release's declarative spec (``shapes_spec=`` on 2.13, ``dynamic_shapes=`` from 2.14), for
+    a plan whose marks are all on top-level tensor arguments of one rank; None where the release has no spec."""
+    keyword = compat.declarative_spec_keyword()
+    marks = [(n, d) for n, d, k in plan.marks if k != "static"]
+    if keyword is None or not marks or plan.pad or plan.partial or not all(n.isidentifier() for n, _ in marks):
+        return None
+    frame = names.frame.parameters if names.frame is not None and not names.wrapped else {}
+    if not all(n in frame for n, _ in marks):  # the spec names the compiled frame's parameters (not a wrapper's *args)
+        return None
+    ranks = {}
+    for n, _ in marks:
+        seen = {t.dim() for k in calls for t in [names.value_in(n, k)] if isinstance(t, torch.Tensor)}
+        if len(seen) != 1:
+            return None
+        ranks[n] = seen.pop()
+    spec = Plan("declarative spec", [], list(plan.prep), dict(plan.config), setup=list(plan.setup))
+    spec.spec_keyword = keyword
+    spec.spec = {n: (r, [d for m, d in marks if m == n]) for n, r in ranks.items()}
+    return spec
+
+
+def _at_compile(run: Run, calls, names):
+    """``size_of(compile_id, source, dim)``: that input's size in the call that compiled the graph, and
+    ``tensor_in(compile_id, source)``: whether it was a tensor there (None where unknown)."""
     at, before = {}, 0
     for i, n in enumerate(run.counts):  # cumulative graphs after each call
         for g in run.evidence.graphs[before:n]:
             at[g.compile_id] = i
         before = n
 
-    def size_of(compile_id: str, source: str | None, dim: int | None) -> int | None:
+    def value(compile_id: str, source: str | None):
         i = at.get(compile_id)
-        t = names.value(source, calls[i]) if i is not None and source else None
+        return names.value(source, calls[i]) if i is not None and source else None
+
+    def size_of(compile_id: str, source: str | None, dim: int | None) -> int | None:
+        t = value(compile_id, source)
         return int(t.shape[dim]) if isinstance(t, torch.Tensor) and dim is not None and 0 <= dim < t.dim() else None
 
-    return size_of
+    def tensor_in(compile_id: str, source: str | None) -> bool | None:
+        return compile_id in at and isinstance(value(compile_id, source), torch.Tensor)
+
+    return size_of, tensor_in
+
+
+PARAMETER_HINT = "force_parameter_static_shapes = False"  # torch's own advice in a guard on a Parameter's size
+BRANCHES = ("size_branch", "library_range", "value_branch")
+
+
+def _expression(c: Cause) -> str:
+    """A branch's guard as an expression (torch's text without the ``(at file:line)`` it was given)."""
+    return re.sub(r"(\s*\((at |printed )[^()]*\))+$", "", c.detail).strip()
+
+
+def _branches(cs, calls, names) -> list[str]:
+    """The branch guards torch printed that can be evaluated in every call (the model's frame's names)."""
+    out = []
+    for c in cs:
+        expr = _expression(c) if c.kind in BRANCHES else None
+        if expr and expr not in out and all(names.value(expr, k) is not MISSING for k in calls):
+            out.append(expr)
+    return out
+
+
+def _types_seen(calls, names, var) -> list[str]:
+    """``Tensor in calls 0, 2``, ``int in call 1``: what an argument whose type changes is, call by call."""
+    where: dict[str, list[int]] = {}
+    for i, k in enumerate(calls):
+        v = names.value_in(var, k)
+        label = "0-d tensor" if isinstance(v, torch.Tensor) and v.dim() == 0 else type(v).__name__
+        where.setdefault(label, []).append(i)
+    return [f"{t} in call{'s' if len(ix) > 1 else ''} {', '.join(map(str, ix[:6]))}{', ...' if len(ix) > 6 else ''}"
+            for t, ix in where.items()]
+
+
+def _tensor_form(calls, names, var) -> torch.dtype | None:
+    """The dtype of ``var`` where every tensor it is passed as is 0-d of one dtype and the rest are numbers: a
+    number then becomes that tensor with no change to the results; None where no such form exists."""
+    values = [names.value_in(var, k) for k in calls]
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not tensors or len(tensors) + len(numbers) != len(values) or any(t.dim() != 0 for t in tensors):
+        return None
+    dtypes = {t.dtype for t in tensors}
+    return dtypes.pop() if len(dtypes) == 1 else None
+
+
+def _ints(calls, names, source) -> bool:
+    """Whether a guarded attribute is an int in every call (what allow_unspec_int_on_nn_module makes symbolic)."""
+    values = [names.value(source, k) for k in calls[:8]]
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
+
+def _parameter(calls, names, var) -> bool:
+    return any(isinstance(names.value_in(var, k), torch.nn.Parameter) for k in calls)
 
 
 def _set_by_the_first_call(model, calls, names, cs) -> None:

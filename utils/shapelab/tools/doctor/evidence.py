@@ -25,6 +25,7 @@ class Graph:
     shapes: list[tuple]
     failures: list[str] = field(default_factory=list)  # every cached graph's failed guard, newest first
     cause: str | None = None  # the one named as the cause (observe.cause_of)
+    tensors: dict[str, list] | None = None  # placeholder name (``l_y_``) -> its shape, symbols as text (trace only)
 
     @property
     def dynamic(self) -> bool:
@@ -172,6 +173,17 @@ def _shapes_from_node_shapes(text: str | None) -> list[tuple]:
             if k.startswith("l_") and "_parameters_" not in k and "_buffers_" not in k and isinstance(v, list)]
 
 
+def _placeholders(text: str | None) -> dict[str, list]:
+    """The graph's tensor inputs (``l_y_``) and their shapes, from compile metrics' ``graph_node_shapes``."""
+    import ast
+
+    try:
+        nodes = ast.literal_eval(text) if text else {}
+    except (ValueError, SyntaxError):
+        return {}
+    return {k: v for k, v in nodes.items() if k.startswith("l_") and isinstance(v, list)}
+
+
 def break_headline(text: str) -> str:
     """A graph break's reason in one line (``Dynamic shape operator``), from counters or a trace alike."""
     for line in text.strip().splitlines():
@@ -238,7 +250,9 @@ def from_trace(directory: str | os.PathLike) -> Evidence:
                     key = break_headline(reason)
                     skipped[key] = skipped.get(key, 0) + 1
                 if m.get("has_guarded_code"):
-                    graphs[cid] = Graph(cid, m.get("co_name") or "", _shapes_from_node_shapes(m.get("graph_node_shapes")))
+                    nodes = m.get("graph_node_shapes")
+                    graphs[cid] = Graph(cid, m.get("co_name") or "", _shapes_from_node_shapes(nodes),
+                                        tensors=_placeholders(nodes))
                     if m.get("recompile_reason") and cid not in failures:
                         failures[cid] = [m["recompile_reason"]]
             art = env.get("artifact", {})
@@ -268,7 +282,10 @@ def from_trace(directory: str | os.PathLike) -> Evidence:
     ordered = sorted(graphs.values(), key=lambda g: tuple(int(p) for p in g.compile_id.split("/")[:2] if p.isdigit()))
     dynamic_ids = {g.compile_id for g in ordered if g.dynamic}
     for g in ordered:
-        g.failures = full.get(g.compile_id) or failures.get(g.compile_id, [])
+        # torch's note on a framework guard ("... in the framework; to avoid specialization try ...") holds the
+        # "; " that separates guards: read as one guard, as the live replay reads it
+        g.failures = full.get(g.compile_id) or [f.replace("framework; to avoid", "framework, to avoid")
+                                                 for f in failures.get(g.compile_id, [])]
         g.cause = cause_of(g.failures, dynamic_ids)
     return Evidence(source=f"TORCH_TRACE {directory}", graphs=ordered, breaks=breaks, skipped=skipped,
                     limit_hit=bool(limit_lines), limit_lines=limit_lines, unreadable=unreadable)

@@ -45,10 +45,26 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     partial: set = field(default_factory=set)  # paths that are tensors in some calls only (an empty cache)
     setup: list[str] = field(default_factory=list)
+    spec: dict[str, tuple[int, list[int]]] = field(default_factory=dict)  # name -> (rank, dims) of a declarative spec
+    spec_keyword: str | None = None  # torch.compile's keyword for it on this release
 
     @property
     def empty(self) -> bool:
-        return not (self.marks or self.prep or self.config or self.pad or self.setup)
+        return not (self.marks or self.prep or self.config or self.pad or self.setup or self.spec)
+
+    def spec_expr(self) -> str:
+        """The declarative spec as a dict expression (``TensorSpec`` per argument, a ``ShapeVar`` per dimension)."""
+        items = []
+        for name, (rank, dims) in self.spec.items():
+            ds = ", ".join(f'ShapeVar("{name}_{d}")' if d in dims else "None" for d in range(rank))
+            items.append(f'"{name}": TensorSpec([{ds}])')
+        return "{" + ", ".join(items) + "}"
+
+    def spec_code(self) -> str:
+        """Compiling with the spec: what replaces the per-call marks."""
+        return ("from torch.fx.experimental.dynamic_spec import ShapeVar, TensorSpec\n"
+                f"compiled = torch.compile(model, {self.spec_keyword}={self.spec_expr()})  # unbacked: sizes 0, 1 "
+                "and N share a graph\n")
 
     def once_code(self) -> str:
         """What to run once, before the first call (config)."""
@@ -78,6 +94,8 @@ class Plan:
     def code(self) -> str:
         """The whole change, as printed and as the proof ran it."""
         out = ""
+        if self.spec:
+            out += "# when compiling, instead of marks:\n" + self.spec_code()
         if self.setup:
             out += "# once, on your model, before compiling it:\n" + self.model_code()
         if self.config:
@@ -116,12 +134,38 @@ def limit_code(n: int) -> str:
     return f"torch._dynamo.config.{compat.recompile_limit_name()} = {n}  # only when {n} graphs is what the traffic needs"
 
 
-def for_cause(c: Cause, var: str | None, *, unbacked: bool, is_module: bool, scalar_arg: bool) -> Prescription:
-    """The prescription for one cause; ``var`` is the argument's name in the user's code (if known)."""
+def for_cause(c: Cause, var: str | None, *, unbacked: bool, is_module: bool, scalar_arg: bool,
+              tensor_form: torch.dtype | None = None, flag: bool = False, branched: bool = False) -> Prescription:
+    """The prescription for one cause; ``var`` is the argument's name in the user's code (if known);
+    ``tensor_form``: for a type change, the dtype of the 0-d tensor a number can become (None: no such form)."""
     v = var or c.input or "x"
     if c.input and c.input.startswith("___"):
-        return Prescription(c.kind, c.where, "# fix the graph break first: this input exists only because of it",
+        return Prescription(c.kind, c.where, "# fix the graph break first: this value exists only because of it",
                             False, "it is not one of your inputs")
+    if c.kind == "type_change":
+        if tensor_form is not None:
+            return Prescription(c.kind, c.where, f"{v} = torch.as_tensor({v}, dtype={tensor_form})  # keep the type "
+                                "stable: a tensor every call (or a Python number every call)", var is not None,
+                                "" if var is not None else "the input is not an argument of the call")
+        return Prescription(c.kind, c.where, f"# keep the type of {v} stable: pass a tensor every call, or a Python "
+                            "number every call; each type keeps its own graph (counted in the prediction)", False,
+                            "which tensor a number stands for (its shape) is the model's")
+    if c.kind == "parameter_tensor":
+        return Prescription(c.kind, c.where, f"{v} = {v}.detach()  # one kind of tensor every call: a plain one "
+                            "(inference; when training, pass the nn.Parameter every call)", var is not None,
+                            "" if var is not None else "the input is not an argument of the call")
+    if c.kind == "rank":
+        return Prescription(c.kind, c.where, f"# {v} has a different number of dimensions in some calls: each rank "
+                            "keeps its own graph (counted in the prediction); no mark can join them", False,
+                            "a rank cannot be made dynamic")
+    if c.kind == "value_branch":
+        return Prescription(c.kind, c.where, f"# `{c.detail}`: the model's code branches on this value; each side "
+                            "keeps its own graph (counted in the prediction); a tensor for the value would turn the "
+                            "branch into a data-dependent one", False, "the branch is in the model's code")
+    if c.kind == "library_range":
+        return Prescription(c.kind, c.where, f"# `{c.detail}`: torch's own code specialises this range of "
+                            f"{v}.shape[{c.dim}]; sizes outside it get their own graph (counted in the prediction): "
+                            "accept it, or keep the sizes inside the range", False, "the guard is in torch's code")
     if c.kind == "dimension":
         if unbacked:
             return Prescription(c.kind, c.where, f"{mark_unbacked_code(v, c.dim)}  # before the call; sizes 0, 1 and N share one graph\n"
@@ -162,6 +206,19 @@ def for_cause(c: Cause, var: str | None, *, unbacked: bool, is_module: bool, sca
         return Prescription(c.kind, c.where, "with torch.no_grad():  # the same grad mode for every call of this model\n"
                             "    out = model(x)\n# or compile one function for training and one for inference;"
                             " set torch.set_num_threads once, at start-up", False, "global state is the caller's")
+    if c.kind == "python_value" and c.detail.endswith(".training"):
+        return Prescription(c.kind, c.where, "# model.train() / model.eval() switches self.training: each mode keeps "
+                            "its own graph (counted in the prediction);\n# compile one model per mode, or keep one "
+                            "mode for the compiled calls", False, "the mode is the caller's")
+    if c.kind == "python_value" and branched:
+        return Prescription(c.kind, c.where, f"# `{c.detail}`: the model's code branches on {v}'s value (see its branch "
+                            "row): it stays a Python number; a 0-d tensor would make that branch data-dependent (a graph "
+                            "break); each value it is guarded on keeps its graph (counted in the prediction)", False,
+                            "the model branches on it")
+    if c.kind == "python_value" and flag:
+        return Prescription(c.kind, c.where, f"# `{c.detail}`: {v} is a bool, which decides control flow (model.train({v}), "
+                            "say): each value keeps its own graph (counted in the prediction);\n# keep it fixed for the "
+                            "compiled function, or compile one function per value", False, "a bool is control flow")
     if c.kind == "python_value":
         if "." in c.detail and is_module:
             return Prescription(c.kind, c.where, "torch._dynamo.config.allow_unspec_int_on_nn_module = True\n"
@@ -170,8 +227,10 @@ def for_cause(c: Cause, var: str | None, *, unbacked: bool, is_module: bool, sca
         if scalar_arg:
             return Prescription(c.kind, c.where, f"{v} = torch.tensor({v})  # a 0-d tensor: its value is data, not a guard",
                                 True)
-        return Prescription(c.kind, c.where, f"pass `{c.detail}` as a 0-d tensor (torch.tensor(value)) instead of a Python number",
-                            False, "the value is read from an object the doctor does not own")
+        return Prescription(c.kind, c.where, f"# `{c.detail}` is a Python value read from an object: each value keeps "
+                            "its own graph (counted in the prediction);\n# where it is a number the model computes "
+                            "with, hold it as a tensor (a buffer), not a Python number", False,
+                            "the value is read from an object the doctor does not own")
     if c.kind == "identity" and "aliasing" in c.detail:
         names = c.detail.split(" are the same")[0].split(" and ")
         return Prescription(c.kind, c.where, f"{names[-1]} = {names[0]}.clone()  # or build each with its own torch.zeros(...):"
@@ -199,7 +258,7 @@ def show_as_run(cs: list[Cause], rx: list[Prescription], plan: Plan, own: list[l
     for c, p, lines in zip(cs, rx, own):
         if not p.applied:
             continue
-        if c.kind in ("dimension", "zero_one", "size_branch"):
+        if c.kind in ("dimension", "zero_one", "size_branch") and not lines:
             lines = [plan.mark_line(n, d, k) for n, d, k in plan.marks if (n, d) == (c.shown, c.dim)]
         if lines:
             p.code = "\n".join(lines)

@@ -96,7 +96,8 @@ class Run:
 
     @property
     def missed(self) -> bool:
-        return self.predicted is not None and self.compiles != self.predicted
+        """A replay that stopped early proves nothing: it is never "met"."""
+        return self.predicted is not None and (self.stopped or self.compiles != self.predicted)
 
     def warm_times(self) -> list[float]:
         """The times of the calls that compiled nothing."""
@@ -117,7 +118,9 @@ class Run:
         return {"replay": self.label, "graphs": f"{self.compiles} after {len(self.counts)} call(s), stopped" if self.stopped
                 else self.compiles,
                 "predicted": "" if self.predicted is None else self.predicted,
-                "prediction": "" if self.predicted is None else ("met" if not self.missed else "MISSED"),
+                "prediction": "" if self.predicted is None else (
+                    f"not proven: stopped after {len(self.counts)} call(s)" if self.stopped
+                    else "met" if not self.missed else "MISSED"),
                 "fell back": len(self.evidence.fell_back),
                 "per warm call (median)": self.timing(),
                 "total": fmt_seconds(sum(self.evidence.seconds)),
@@ -158,6 +161,11 @@ def replay(model, calls: Sequence[Call], *, backend: str = "eager", plan: Plan |
     per_call = plan.call_code()  # the plan's config is set by the recorder, for the replay only
     step = compile(per_call, "<prescription>", "exec") if per_call else None
     with _Recorder(m, backend=backend, dynamic=dynamic, config=dict(plan.config)) as obs:
+        if plan.spec:  # the declarative spec, as printed: the model compiled with it, no per-call marks
+            from torch.fx.experimental.dynamic_spec import ShapeVar, TensorSpec
+
+            spec = eval(plan.spec_expr(), {"ShapeVar": ShapeVar, "TensorSpec": TensorSpec})
+            obs.compiled = torch.compile(m, backend=obs._backend, **{plan.spec_keyword: spec})
         outs, padded = [], []
         for c in _progress(calls, label):
             c = c.fresh()
