@@ -43,6 +43,16 @@ def show_folded(text: str, first: int = 8, summary: str | None = None) -> None:
         print("\n".join(rest))
 
 
+def show_folded_html(report, summary: str) -> None:
+    """Show ``report`` (HTML text, or an object with ``_repr_html_`` such as a doctor's diagnosis) folded under
+    ``summary``, for the reader who wants all of it; outside a notebook, printed whole."""
+    markup = report if isinstance(report, str) else report._repr_html_()
+    if _in_notebook():
+        _display_html(f"<details><summary>{html.escape(summary)}</summary>{markup}</details>")
+    else:
+        print(report if isinstance(report, str) else str(report))
+
+
 def _in_notebook() -> bool:
     try:
         from IPython import get_ipython
