@@ -321,15 +321,21 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     spec = _spec_plan(plan, calls, names) if declarative and not diag.rejected else None
     if spec is not None:
         spec.predicted = predict(spec)
-        alt = proof.prove(model, calls, spec, backend, None, reference, predict, names)
-        diag.runs.append(alt)
-        good = not alt.missed and alt.same is not False and not _worse(alt, base)
-        diag.prescriptions.append(Prescription(
-            "spec", f"or, declaratively ({spec.spec_keyword}=, this release)", spec.code(), good,
-            "" if good else f"its proof measured {alt.compiles} graph(s), predicted {alt.predicted}"
-                            + ("" if alt.same is not False else ", outputs changed")))
-        if alt.missed:
-            proof.explain_miss(alt, names, calls)
+        where = f"or, declaratively ({spec.spec_keyword}=, this release)"
+        try:
+            alt = proof.prove(model, calls, spec, backend, None, reference, predict, names)
+        except ExperimentError as e:  # torch refused the spec for this model: said, and the marks above stand
+            diag.prescriptions.append(Prescription("spec", where, spec.code(), False,
+                                                   f"torch raised with it: {str(e)[:160]}"))
+        else:
+            diag.runs.append(alt)
+            good = not alt.missed and alt.same is not False and not _worse(alt, base)
+            diag.prescriptions.append(Prescription(
+                "spec", where, spec.code(), good,
+                "" if good else f"its proof measured {alt.compiles} graph(s), predicted {alt.predicted}"
+                                + ("" if alt.same is not False else ", outputs changed")))
+            if alt.missed:
+                proof.explain_miss(alt, names, calls)
 
     # buckets: the varying dimension with the most distinct sizes, padded, static per bucket
     dyn = [(v, d) for v, d, k in plan.marks]

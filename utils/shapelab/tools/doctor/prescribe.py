@@ -95,7 +95,7 @@ class Plan:
         """The whole change, as printed and as the proof ran it."""
         out = ""
         if self.spec:
-            out += "# when compiling, instead of marks:\n" + self.spec_code()
+            out += f"# compile with the declarative spec ({self.spec_keyword}=) instead of per-call marks:\n" + self.spec_code()
         if self.setup:
             out += "# once, on your model, before compiling it:\n" + self.model_code()
         if self.config:
