@@ -74,7 +74,7 @@ class Diagnosis:
         if not self.causes:
             return head + "; no recompile, no graph break: nothing to fix."
         out = head + "; causes: " + "; ".join(f"{c.label} ({c.where}, {c.graphs} graph(s))" for c in self.causes)
-        missed = [r for r in self.runs[1:] if r.missed]
+        missed = [r for r in self.runs[1:] if r.missed and r.label != SPEC_LABEL]  # the spec's row says its own
         if missed:
             out += f"; the prediction missed in {len(missed)} proof replay(s): see the notes"
         return out
@@ -434,7 +434,7 @@ def _spec_plan(plan: Plan, calls, names) -> Plan | None:
         if len(seen) != 1:
             return None
         ranks[n] = seen.pop()
-    spec = Plan("declarative spec", [], list(plan.prep), dict(plan.config), setup=list(plan.setup))
+    spec = Plan(SPEC_LABEL, [], list(plan.prep), dict(plan.config), setup=list(plan.setup))
     spec.spec_keyword = keyword
     spec.spec = {n: (r, [d for m, d in marks if m == n]) for n, r in ranks.items()}
     return spec
@@ -463,6 +463,7 @@ def _at_compile(run: Run, calls, names):
     return size_of, tensor_in
 
 
+SPEC_LABEL = "declarative spec"  # the replay of the declarative alternative: its row says whether it was applied
 PARAMETER_HINT = "force_parameter_static_shapes = False"  # torch's own advice in a guard on a Parameter's size
 BRANCHES = ("size_branch", "library_range", "value_branch")
 
