@@ -32,10 +32,12 @@ class BenchSpec:
 def _lesson00_spec() -> BenchSpec:
     import shapelab
 
-    # Staging-like traffic: 12 requests over a few batch sizes, one static graph per distinct size.
+    # The first "Try:": staging-like traffic, 12 requests over a few batch sizes, specialised: one static graph per
+    # distinct size (the bench opens on "fully dynamic", the cheapest policy to run).
     sizes = shapelab.request_lengths(12, 32, "few", seed=0)
     return BenchSpec(
-        steps=(Step("type", "requests", "12"), Step("select", "traffic", "few")),
+        steps=(Step("select", "policy", "specialise every shape"), Step("type", "requests", "12"),
+               Step("select", "traffic", "few")),
         expect=(f"{len(set(sizes))} compile(s) over 12 call(s)", "size mismatch at index 0"),
     )
 
