@@ -101,3 +101,18 @@ def test_the_record_holds_every_lesson_and_only_cells_the_lesson_has():
         assert recorded, f"{path.name}: no outputs recorded; run its nbval test, then readtime --record"
         ids = {c.get("id") for c in nbformat.read(path, as_version=4).cells}
         assert set(recorded) <= ids, f"{path.name}: recorded cells the lesson no longer has: {set(recorded) - ids}"
+
+
+def test_the_readmes_range_is_the_lessons_measured_times():
+    """The README says how long a lesson's main path takes (issue 36: it said 20-30 minutes where lessons
+    measured 50): its range holds every lesson's measured time, its low end is the shortest lesson's (within
+    2 minutes) and its high end the limit a main path must fit."""
+    import re
+
+    root = readtime.RECORD.parents[3]
+    found = re.search(r"main path takes (\d+)–(\d+) minutes", (root / "README.md").read_text())
+    assert found, "the README no longer states a lesson's time as 'main path takes N–M minutes'"
+    low, high = map(int, found.groups())
+    times = {p.stem: readtime.measure(p).minutes for p in sorted((root / "notebooks").glob("[0-9]*.ipynb"))}
+    assert high == readtime.MAIN_PATH_MINUTES and low <= min(times.values()) <= low + 2, (low, high, times)
+    assert all(low <= t <= high for t in times.values()), f"the README says {low}–{high} minutes; measured {times}"

@@ -119,18 +119,18 @@ class LessonTime:
         return math.ceil(self.further.reading_minutes)
 
     def summary(self) -> str:
-        """The sentence a title cell states (its first number is ``minutes``)."""
+        """The sentence a title cell states (its first number is ``minutes``; the parts, in minutes, are rounded)."""
         m = self.main
         further = f"; *Going further* adds about {self.further_minutes}" if self.further_minutes else ""
-        prompts = f"{m.prompts} {'prompt' if m.prompts == 1 else 'prompts'}"
-        checks = f" and {m.self_checks} self-check questions" if m.self_checks else ""
-        bench = (f", the bench and its {m.try_runs} \"Try:\" runs {m.bench_minutes:.0f}" if m.bench else "")
-        return (f"{self.minutes} minutes, measured: {m.words:,} words of prose {m.words / WORDS_PER_MINUTE:.0f}, "
-                f"{m.code_lines} lines of code {m.code_lines / CODE_LINES_PER_MINUTE:.0f}, the outputs "
-                f"({m.lines} lines, {m.table_rows} table rows of {m.table_cells} cells, {m.ledger_rows} ledger rows, {m.figures} "
-                f"{'figure' if m.figures == 1 else 'figures'}) {m.output_minutes:.0f}, {prompts}{checks} "
-                f"{m.prompts * PROMPT_MINUTES + m.self_checks * SELF_CHECK_MINUTES:.0f}{bench}, and "
-                f"{self.run_seconds:.0f} s to run at CI size on a CPU{further}")
+        prompts = f"{m.prompts} {'prompt' if m.prompts == 1 else 'prompts'}" + (
+            f" and {m.self_checks} self-check {'question' if m.self_checks == 1 else 'questions'}" if m.self_checks else "")
+        figures = f", {m.figures} {'figure' if m.figures == 1 else 'figures'}" if m.figures else ""
+        bench = f", the bench {m.bench_minutes:.0f} (with its {m.try_runs} \"Try:\" runs)" if m.bench else ""
+        return (f"{self.minutes} minutes, measured: prose {m.words / WORDS_PER_MINUTE:.0f} ({m.words:,} words), "
+                f"code {m.code_lines / CODE_LINES_PER_MINUTE:.0f} ({m.code_lines} lines), outputs "
+                f"{m.output_minutes:.0f} ({m.lines} lines, {m.table_rows} table rows, {m.ledger_rows} ledger rows"
+                f"{figures}), prompts {m.prompts * PROMPT_MINUTES + m.self_checks * SELF_CHECK_MINUTES:.0f} ({prompts})"
+                f"{bench}, the run {self.run_seconds / 60:.0f} ({self.run_seconds:.0f} s at CI size on a CPU){further}")
 
 
 def _words(markdown: str) -> int:
