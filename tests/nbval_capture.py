@@ -10,6 +10,9 @@ tests/test_notebooks.py executes every lesson exactly once, with the command a m
 - ``$SHAPELAB_NBVAL_EXECUTED`` (a folder): at the end of the session, each notebook is written
   there as ``<folder>__<name>.ipynb`` with the outputs nbval received and each code cell's
   seconds and outcome in ``cell.metadata.shapelab``, so the test can read what the run printed.
+- ``$SHAPELAB_NBVAL_PRESS`` (JSON ``{"steps": [...], "out": path}``): after the last cell, in the same
+  kernel, the lesson's lab bench is pressed with the controls as the lesson left them and then after
+  ``steps`` (tests/bench_press.py), and what it showed written to ``out``.
 
 Without the variables the plugin does nothing, so `pytest --nbval-lax notebooks/` by hand is plain nbval.
 """
@@ -23,6 +26,7 @@ import pytest
 
 PARAMS_ENV = "SHAPELAB_NBVAL_PARAMS"
 EXECUTED_ENV = "SHAPELAB_NBVAL_EXECUTED"
+PRESS_ENV = "SHAPELAB_NBVAL_PRESS"
 
 _runs: dict[str, dict[int, dict]] = {}  # notebook path -> code cell number -> what happened
 
@@ -36,8 +40,14 @@ def _notebook_path(item) -> str | None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     yield
-    params = os.environ.get(PARAMS_ENV)
+    press = os.environ.get(PRESS_ENV)
     cell = getattr(item, "cell", None)
+    if press and cell is not None and item.cell_num == sum(c.cell_type == "code" for c in item.parent.nb.cells) - 1:
+        kernel = item.parent.kernel   # after the last cell: press the bench where the learner would
+        msg_id = kernel.execute_cell_input(f"import bench_press as _press\n_press.press(globals(), **{json.loads(press)!r})\n"
+                                           "del _press", allow_stdin=False)
+        kernel.await_reply(msg_id, timeout=600)
+    params = os.environ.get(PARAMS_ENV)
     if not params or cell is None or "parameters" not in cell.get("metadata", {}).get("tags", []):
         return
     code = "\n".join(f"{name} = {value!r}" for name, value in json.loads(params).items())

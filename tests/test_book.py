@@ -59,7 +59,8 @@ def test_a_build_without_every_lesson_stops_with_the_names_missing(tmp_path):
 
 def test_the_landing_page_carries_the_readmes_two_commands():
     page = book.landing((book.ROOT / "README.md").read_text())
-    assert "jupyter lab" in page and "pytest -n 2" in page and "this folder" not in page
+    assert "jupyter lab" in page and "pytest -n 2" in page
+    assert "Run them from a clone of the course's repository." in page and "Run them from this folder" not in page
 
 
 def test_an_executed_copy_of_another_version_of_a_lesson_is_refused(tmp_path):

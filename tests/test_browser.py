@@ -1,13 +1,16 @@
 """Each lab bench, tested the way a learner meets it: JupyterLab in a real headless Chromium.
 
-For every lesson with a bench (found by glob, so a new lesson is included): start JupyterLab on
-127.0.0.1 (fresh settings: no news, no update checks, no autosave) serving a copy of the lesson
-reduced to its `parameters` cell (at CI size) and the cells tagged `bench`, so the lesson does not
-run a second time; open it in a 1280 x 800 window; run all cells from the menu; change a control
-as a person would (type into a slider's readout, pick a dropdown option); press Run; and check
-that the panes show the new compile count and recompile reason, that every dropdown shows its
-selected option, that no pane scrolls sideways, that no widget placeholder or widget error is on
-the page, and that the page raised no JavaScript error. A screenshot of the bench after the
+JupyterLab is started as the README's first command starts it (its arguments, from the repository's
+root; a port, a token and fresh settings added: no news, no update checks, no autosave), and a test checks
+what that command promises: the repository's root served, labs/ listed, lesson 00 opened.
+For every lesson with a bench (found by glob, so a new lesson is included): a copy of the lesson
+reduced to its `parameters` cell (at CI size) and the cells tagged `bench` (in test-artifacts/bench-notebooks/),
+so the lesson does not run a second time (the whole lesson's bench is pressed after its last cell in its nbval
+run: tests/bench_press.py); open it in a 1280 x 800 window; run all cells from the menu; change a control
+as a person would (type into a slider's readout, pick a dropdown option: tests/bench_specs.py); press Run; and
+check that the panes show the new compile count and recompile reason, that every dropdown shows its
+selected option, that no pane and no box of the bench scrolls sideways, that no widget placeholder or widget
+error is on the page, and that the page raised no JavaScript error. A screenshot of the bench after the
 change is saved under test-artifacts/screenshots/ (look at them: they are what a learner sees).
 
 A lesson with a bench but no `bench`-tagged cells fails under CI=true with what to tag (and is
@@ -22,136 +25,24 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from bench_specs import BenchSpec, Step, spec_for
 from chromium import browser  # noqa: F401 (the fixture the benches are driven with)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "test-artifacts" / "screenshots"
 LESSONS_DIR = Path(os.environ.get("SHAPELAB_BENCH_NOTEBOOKS", ROOT / "notebooks"))
 VIEWPORT = {"width": 1280, "height": 800}
-
-
-@dataclass(frozen=True)
-class Step:
-    """One thing a person does to a control: type into a slider/text box, or pick an option."""
-
-    action: str  # "type" or "select"
-    label: str  # the control's description, as shown on screen
-    value: str
-
-
-@dataclass(frozen=True)
-class BenchSpec:
-    """What to do to a lesson's bench, and what its panes must then show."""
-
-    steps: tuple[Step, ...]
-    expect: tuple[str, ...]  # texts that must appear in the bench after Run
-    first: tuple[str, ...] = ()  # texts the bench's first run (Run All, default controls) must show
-    probe_controls: bool = False  # also type a word into a number control and leave changed inputs un-run
-
-
-def _lesson00_spec() -> BenchSpec:
-    import shapelab
-
-    # Staging-like traffic: 12 requests over a few batch sizes, one static graph per distinct size.
-    sizes = shapelab.request_lengths(12, 32, "few", seed=0)
-    return BenchSpec(
-        steps=(Step("type", "requests", "12"), Step("select", "traffic", "few")),
-        expect=(f"{len(set(sizes))} compile(s) over 12 call(s)", "size mismatch at index 0"),
-    )
-
-
-def _lesson05_spec() -> BenchSpec:
-    # Keeping every element makes the selection's size constant: the graph after the break stops recompiling.
-    return BenchSpec(steps=(Step("type", "kept share % (select)", "100"),),
-                     expect=("2 compile(s) over 4 call(s)", "counts after each call: [2, 2, 2, 2]", "(no recompiles)"))
-
-
-def _lesson02_spec() -> BenchSpec:
-    # Warming up on batch 1 instead of 16 compiles batch 1's graph up front; then batch 0, typed on purpose
-    # into the serve-batch box (a slider's track had no room at 1280 x 800), fails both graphs and compiles.
-    return BenchSpec(steps=(Step("type", "warm-up batches", "8, 1"), Step("type", "serve batch (0 and 1 are special)", "0")),
-                     expect=("3 compile(s) over 8 call(s)", "size mismatch at index 0. expected 8, actual 1",
-                             "expected 1, actual 0"))
-
-
-def _lesson01_spec() -> BenchSpec:
-    # A second shape that differs in the feature dimension instead of the batch: the other dimension turns dynamic.
-    # Its number controls are the shared kind (widgets.int_slider): one bench probes what typing into them does.
-    return BenchSpec(steps=(Step("type", "shapes seen before", "4x16, 4x32"),),
-                     expect=("3 compile(s) over 3 call(s)", "size mismatch at index 1. expected 16, actual 32"),
-                     probe_controls=True)
-
-
-def _lesson04_spec() -> BenchSpec:
-    # Smaller buckets: more of them compile, each a static graph for its padded length.
-    return BenchSpec(steps=(Step("type", "bucket size k", "8"),),
-                     expect=("8 compile(s) over 200 call(s)", "expected 24, actual 56"))
-
-
-def _lesson03_spec() -> BenchSpec:
-    # A lower limit: compiles stop at 3 and the one warning names it.
-    return BenchSpec(steps=(Step("type", "recompile limit", "3"),),
-                     expect=("3 compile(s) with the recompile limit at 3", "hit config.recompile_limit (3)"))
-
-
-def lesson06_ragged_figure() -> str:
-    """Lesson 06's figure for the ragged last batch, from torch: batches of 32, 32, 32 and 7 from a DataLoader
-    (a fresh tensor per batch) for two epochs, default torch.compile; which graph ran each batch."""
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
-
-    graphs, ran = [], []
-
-    def backend(gm, example_inputs):  # counts graphs and notes which one ran, as the lesson's Tracker does
-        number = len(graphs) + 1
-        graphs.append(number)
-
-        def run(*args):
-            ran.append(number)
-            return gm.forward(*args)
-        return run
-
-    torch.compiler.reset()
-    try:
-        data = TensorDataset(torch.randn(3 * 32 + 7, 16, generator=torch.Generator().manual_seed(0)))
-        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-        compiled = torch.compile(model, backend=backend)
-        with torch.no_grad():
-            for _epoch in range(2):
-                for (x,) in DataLoader(data, batch_size=32):
-                    compiled(x)
-    finally:
-        torch.compiler.reset()
-    return "graph that ran each call: [" + ", ".join(f"#{n}" for n in ran) + "]"
-
-
-def _lesson06_spec() -> BenchSpec:
-    # First run (the default case): the ragged last batch as the lesson feeds it, so the bench shows the lesson's
-    # figure, the dynamic graph serving epoch 2's full batches. Then an int step counter on the module: one graph
-    # per value until the limit, then eager calls.
-    return BenchSpec(steps=(Step("select", "case", "an int step counter on the module, read in forward"),),
-                     expect=("8 compile(s) over 10 call(s)", "self.step == 0", "calls that ran eagerly: [8, 9]"),
-                     first=(lesson06_ragged_figure(), "2 compile(s) over 8 call(s)"))
-
-
-def _lesson07_spec() -> BenchSpec:
-    # One image size only: nothing recompiles, so the doctor has nothing to prescribe.
-    return BenchSpec(steps=(Step("type", "distinct sizes", "1"),), expect=("nothing to fix",))
-
-
-SPECS = {"00_": _lesson00_spec, "01_": _lesson01_spec, "02_": _lesson02_spec, "03_": _lesson03_spec,
-         "04_": _lesson04_spec, "05_": _lesson05_spec, "06_": _lesson06_spec, "07_": _lesson07_spec}
 
 
 def _lessons_with_bench() -> list[Path]:
@@ -161,14 +52,6 @@ def _lessons_with_bench() -> list[Path]:
         if "bench.click()" in text or "LabBench(" in text:
             out.append(path)
     return out
-
-
-def _spec_for(path: Path) -> BenchSpec:
-    """The lesson's spec; a lesson without one (a new lesson) is still opened, run and looked at."""
-    for prefix, make in SPECS.items():
-        if path.name.startswith(prefix):
-            return make()
-    return BenchSpec(steps=(), expect=("compile",))
 
 
 def _tags(cell) -> list[str]:
@@ -218,12 +101,26 @@ def _write_settings(settings: Path) -> None:
         f.write_text(json.dumps(content))
 
 
+README = ROOT / "README.md"
+BENCH_COPIES = ROOT / "test-artifacts" / "bench-notebooks"   # inside the server's root, which is the repository
+
+
+def readme_lab_args() -> list[str]:
+    """The arguments the README's first command gives `jupyter lab`, as a learner types them."""
+    text = README.read_text()
+    block = re.search(r"```bash\n(.*?)\n```", text[text.index("Set up and open the course"):], re.S).group(1)
+    assert "jupyter lab" in block, f"the README's first command no longer starts JupyterLab: {block}"
+    return shlex.split(block.split("jupyter lab", 1)[1])
+
+
 @pytest.fixture(scope="module")
 def lab_server(tmp_path_factory):
-    """One JupyterLab server on 127.0.0.1 for every bench (it starts once); yields (base url, token, work dir)."""
+    """One JupyterLab server on 127.0.0.1 for every bench (it starts once), started as the README's first command
+    starts it, from the repository's root, with a port, a token and quiet settings added; yields (base url, token,
+    folder for the benches' copies, its log file, its runtime dir)."""
     tmp_path = tmp_path_factory.mktemp("jupyterlab")
-    work = tmp_path / "work"
-    work.mkdir()
+    work = BENCH_COPIES
+    work.mkdir(parents=True, exist_ok=True)
     settings = tmp_path / "settings"
     _write_settings(settings)
     port, token = _free_port(), "shapelab-test"
@@ -232,10 +129,9 @@ def lab_server(tmp_path_factory):
                MPLBACKEND="module://matplotlib_inline.backend_inline")
     log = open(tmp_path / "jupyterlab.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}", "--LabApp.news_url=None",
-         "--ServerApp.disable_check_xsrf=False"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
+        [sys.executable, "-m", "jupyter", "lab", *readme_lab_args(), "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+         f"--IdentityProvider.token={token}", "--LabApp.news_url=None", "--ServerApp.disable_check_xsrf=False"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -248,7 +144,7 @@ def lab_server(tmp_path_factory):
                 if proc.poll() is not None or time.time() > deadline:
                     raise RuntimeError("JupyterLab did not start:\n" + (tmp_path / "jupyterlab.log").read_text()[-3000:])
                 time.sleep(0.5)
-        yield base, token, work
+        yield base, token, work, tmp_path / "jupyterlab.log", tmp_path / "runtime"
     finally:
         proc.terminate()
         try:
@@ -279,10 +175,31 @@ def _do(page, step: Step) -> None:
         raise ValueError(f"unknown step action {step.action!r}")
 
 
+def test_readme_command_serves_the_repository_on_lesson_00(lab_server):
+    """The README's first command's `jupyter lab` arguments (the fixture adds a port, a token and quiet settings),
+    run from the repository as the user running the tests (root in CI: JupyterLab starts only with the README's
+    `--allow-root`), serve the repository's root, so that labs/ is in the file browser, and open lesson 00.
+    Not proved here: the install half of the command, a plain user's run, the page in a browser (done by hand
+    from a fresh clone, as root and as a new user; issue 36)."""
+    base, token, _work, log, runtime = lab_server
+
+    def listing(path: str = "") -> set[str]:
+        with urllib.request.urlopen(f"{base}/api/contents/{path}?token={token}", timeout=30) as r:
+            return {item["name"] for item in json.loads(r.read())["content"]}
+
+    assert {"notebooks", "labs", "README.md"} <= listing(), listing()
+    assert listing("labs") == {p.name for p in (ROOT / "labs").glob("*.ipynb")}
+    assert f"Serving notebooks from local directory: {ROOT}" in log.read_text()
+    opens = [f.read_text() for f in runtime.glob("*open*.html")]
+    assert any("lab/tree/notebooks/00_orientation.ipynb" in page for page in opens), opens
+    if os.geteuid() == 0:
+        assert "--allow-root" in readme_lab_args(), "as root, JupyterLab refuses to start without --allow-root"
+
+
 @pytest.mark.parametrize("notebook", _lessons_with_bench(), ids=lambda p: p.stem)
 def test_bench_in_jupyterlab(notebook, browser, lab_server):
-    spec = _spec_for(notebook)
-    base, token, work = lab_server
+    spec = spec_for(notebook)
+    base, token, work = lab_server[:3]
     try:
         copy = bench_copy(notebook, work)
     except LookupError as e:
@@ -349,7 +266,7 @@ def _status(bench):
 
 
 def _drive(page, spec: BenchSpec, base: str, token: str, copy: Path, errors: list[str]) -> None:
-    page.goto(f"{base}/lab/tree/{copy.name}?token={token}&reset")
+    page.goto(f"{base}/lab/tree/{copy.relative_to(ROOT).as_posix()}?token={token}&reset")
     page.locator(".jp-Notebook").first.wait_for()
     # A fresh JupyterLab may ask which kernel to start; a learner would accept the default. Wait for
     # whichever comes first, the dialog or the idle kernel, instead of a fixed time for a dialog.
@@ -395,7 +312,7 @@ def _drive(page, spec: BenchSpec, base: str, token: str, copy: Path, errors: lis
     assert "Error" not in status.inner_text(), f"the bench's first run failed: {status.inner_text()}"
     if spec.first:
         text = bench.inner_text()
-        missing = [t for t in spec.first if t not in text]
+        missing = [t for t in (t() if callable(t) else t for t in spec.first) if t not in text]
         assert not missing, f"the bench's first run does not show {missing}; it shows:\n{text[:1500]}"
         SHOTS.mkdir(parents=True, exist_ok=True)
         bench.screenshot(path=str(SHOTS / f"{copy.stem}-first-run.png"))
@@ -492,6 +409,13 @@ def _assert_legible(bench, spec: BenchSpec) -> None:
         "els => els.filter(e => e.scrollWidth > e.clientWidth + 1)"
         ".map(e => (e.closest('.shapelab-pane')?.querySelector('b')?.innerText || '?') + ': ' + e.scrollWidth + ' > ' + e.clientWidth)")
     assert not wide, f"panes that scroll sideways in a {VIEWPORT['width']} x {VIEWPORT['height']} window: {wide}"
+    # Any box of the bench, or the cell's output area around it, that shows a horizontal scrollbar (the pane row
+    # overflowed by its last pane's 8 px margin, issue 36).
+    scrolls = bench.evaluate(
+        "el => [el, ...el.querySelectorAll('*'), el.closest('.jp-OutputArea-output')].filter(e => e &&"
+        " ['auto', 'scroll'].includes(getComputedStyle(e).overflowX) && e.scrollWidth > e.clientWidth + 1)"
+        ".map(e => (e.className || e.tagName).toString().slice(0, 80) + ': ' + e.scrollWidth + ' > ' + e.clientWidth)")
+    assert not scrolls, f"parts of the bench with a horizontal scrollbar at {VIEWPORT['width']} px: {scrolls}"
     box = bench.bounding_box()
     page_width = bench.page.viewport_size["width"]
     assert box and box["x"] + box["width"] <= page_width + 1, f"the bench is wider than the window: {box}"

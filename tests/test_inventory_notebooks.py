@@ -159,6 +159,11 @@ def test_in_a_room_the_service_assigns_the_form_and_gets_each_answer(learner, mo
                               {"form": "B", "item": "B04", "phase": "pre", "choice": "d", "id": _Room.got[0][2]["id"]})]
         inv._state.clear()
         assert _run_cells(NOTEBOOKS["post"], {})["form"] == "A"
+        _Room.got = []
+        _run_cells(NOTEBOOKS["post"], {k: "e" for k in range(1, 21)})  # every item: the table shows what scored
+        marks = [body for path, _, body in _Room.got if body["choice"] is None]
+        assert len(_Room.got) == 40 and sorted(m["item"] for m in marks) == [f"A{k:02d}" for k in range(1, 21)]
+        assert all(m["phase"] == "post" for m in marks)  # the room leaves any later answer out as "after seeing"
     finally:
         server.shutdown()
         server.server_close()

@@ -63,17 +63,17 @@ def test_scores_count_each_prompts_first_answer_per_concept():
     notes = [_note("pre a1", True),
              _note("pre a2", False), _note("pre a2", True),   # changed after the reveal: the first answer counts
              _note("post a", True),
-             _note("pre b", None), _note("pre b", True),      # blank, then answered: the answer counts
+             _note("pre b", None), _note("pre b", True),      # blank, then answered after seeing: not counted
              _note("post b", None),                           # left blank
              _note("post c", True),                           # the post question only; its pre never reached
              _note("untagged", False), _note("not in the lesson", True)]
     rows = {r["concept"]: r for r in learning.scores(MADE_UP, notes)}
     assert list(rows) == ["a", "b", "c"]                       # the lesson's order; untagged prompts are no concept
     assert rows["a"] == dict(concept="a", pre_right=1, pre_answered=2, post_right=1, post_answered=1, unanswered=0)
-    assert rows["b"] == dict(concept="b", pre_right=1, pre_answered=1, post_right=0, post_answered=0, unanswered=1)
+    assert rows["b"] == dict(concept="b", pre_right=0, pre_answered=0, post_right=0, post_answered=0, unanswered=2)
     assert rows["c"] == dict(concept="c", pre_right=0, pre_answered=0, post_right=1, post_answered=1, unanswered=0)
     shown = {r["concept"]: r["your predictions here"] for r in learning.table(list(rows.values()))}
-    assert shown == {"a": "2 of 3", "b": "1 of 1", "c": "1 of 1"}   # before and after alike: prompts are no measure
+    assert shown == {"a": "2 of 3", "b": "not answered", "c": "1 of 1"}   # before and after alike: prompts are no measure
 
 
 LINES = [p.line for p in MADE_UP.prompts]

@@ -31,7 +31,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from shapelab.labkit import learning
+from shapelab.labkit import learning, readtime
 from shapelab.labkit.readtime import PROMPTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +65,7 @@ class Run:
     seconds: float
     cpu: float
     checks: list = field(default_factory=list)  # lab check results (solutions and labs)
+    bench: dict | None = None  # lessons: what the bench showed when pressed after the last cell (bench_press.py)
 
 
 def run_process(cmd: list[str], env: dict, timeout: float = 900) -> tuple[int, str, float, float]:
@@ -121,7 +122,7 @@ class Runs:
     """Each notebook executed once per test process, when its test first asks (under pytest-xdist, the test
     that asks runs on one worker while the other workers go on: the README's command uses two)."""
 
-    WORK = {"lesson": lambda p: run_nbval(p), "solution": lambda p: run_papermill(p, STRICT=True),
+    WORK = {"lesson": lambda p: run_nbval(p, press=press_steps(p)), "solution": lambda p: run_papermill(p, STRICT=True),
             "lab": lambda p: run_papermill(p, STRICT=False)}
 
     def __init__(self):
@@ -188,10 +189,21 @@ def test_labs_are_generated_from_solutions():
     assert [p.name for p in LABS] == [p.name for p in SOLUTIONS]
 
 
-def run_nbval(path: Path, artifacts: Path = ARTIFACTS, **parameters) -> Run:
+def press_steps(path: Path) -> list | None:
+    """The "Try:" input to press a lesson's bench with after its last cell (tests/bench_specs.py); None without a bench."""
+    from bench_specs import spec_for
+
+    text = path.read_text()
+    if "bench.click()" not in text and "LabBench(" not in text:
+        return None
+    return [[step.action, step.label, step.value] for step in spec_for(path).steps]
+
+
+def run_nbval(path: Path, artifacts: Path = ARTIFACTS, press: list | None = None, **parameters) -> Run:
     """`pytest --nbval-lax path` in a subprocess, parameters injected after the parameters cell.
 
     The executed copy lands in ``artifacts``; the lesson's claims ledger under ``artifacts/../ledger/<lesson>/``.
+    With ``press`` (steps), the bench is pressed after the last cell, in the same kernel (``Run.bench``).
     """
     artifacts.mkdir(parents=True, exist_ok=True)
     executed = artifacts / f"{path.parent.name}__{path.name}"
@@ -202,17 +214,21 @@ def run_nbval(path: Path, artifacts: Path = ARTIFACTS, **parameters) -> Run:
     env = kernel_env(scratch, SHAPELAB_LEDGER_DIR=str(ledgers), SHAPELAB_NBVAL_PARAMS=json.dumps({"SCALE": "ci", **parameters}),
                      SHAPELAB_NBVAL_EXECUTED=str(artifacts),
                      PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
+    pressed = scratch / "bench.json"
+    if press is not None:
+        env["SHAPELAB_NBVAL_PRESS"] = json.dumps({"steps": press, "out": str(pressed)})
     env.pop("PYTEST_ADDOPTS", None)
     env.pop("PYTEST_CURRENT_TEST", None)
     cmd = [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "nbval_capture", "-p", "no:cacheprovider",
            "-q", "--color=no", "-o", "addopts=-ra", "--rootdir", str(ROOT), str(path)]
     try:
         code, output, seconds, cpu = run_process(cmd, env)
+        bench = json.loads(pressed.read_text()) if pressed.exists() else None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     record_timing(path, seconds, cpu)
     nb = nbformat.read(executed, as_version=4) if executed.exists() else None
-    return Run(code, output, nb, seconds, cpu)
+    return Run(code, output, nb, seconds, cpu, bench=bench)
 
 
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
@@ -465,8 +481,37 @@ def unfolded_logs(nb) -> list[str]:
     return problems
 
 
+def assert_bench_works_after_the_lesson(path: Path, run: Run) -> None:
+    """What this proves: after every cell of the lesson has run in order (Run All, under nbval), in that same
+    kernel, the bench the lesson showed (its global ``bench``) gives a result when Run is pressed (``bench.click()``,
+    what the button calls) twice: with the controls as the lesson left them, then after one "Try:" input
+    (tests/bench_specs.py, the input the Chromium test types): no error in the status line, every pane updated,
+    and the panes show the texts the spec expects. So a later cell that rebinds a name the bench reads (lesson 00's
+    take-home cell rebound ``model``) fails here. It does not prove that the browser shows the result (that is
+    tests/test_browser.py, on a copy reduced to the bench's cells), nor anything after cells run out of order."""
+    steps = press_steps(path)
+    if steps is None:
+        return
+    from bench_specs import spec_for
+
+    assert run.bench is not None, f"{_id(path)}: the bench was not pressed after the last cell (tests/bench_press.py)"
+    assert "error" not in run.bench, f"{_id(path)}: pressing the bench after the last cell raised:\n{run.bench['error']}"
+    for press in run.bench["presses"]:
+        panes = "\n".join(f"[{n}] {t.strip()[:300]}" for n, t in press["panes"].items())
+        assert press["ok"] and press["error"] is None, (
+            f"{_id(path)}: after Run All, the bench's Run with {press['inputs']} gave an error: {press['error']}")
+        assert not [n for n, t in press["panes"].items() if "(press Run)" in t or "Not updated" in t], (
+            f"{_id(path)}: after Run All, Run with {press['inputs']} left panes not updated:\n{panes}")
+    shown = "\n".join(run.bench["presses"][-1]["panes"].values())
+    missing = [t for t in spec_for(path).expect if t not in shown]
+    assert not missing, f"{_id(path)}: after Run All and {run.bench['presses'][-1]['inputs']}, the panes lack {missing}"
+
+
 @pytest.mark.parametrize("path", LESSONS, ids=_id)
 def test_lesson_executes_under_nbval(path, runs):
+    """The lesson runs whole under nbval and then, in the same kernel, its bench works
+    (``assert_bench_works_after_the_lesson`` says exactly what that proves); then the page checks below, and the
+    record of its outputs (``readtime.RECORD``) still says what this run printed."""
     run = _result(runs, "lesson", path)
     nb = run.nb
     assert nb is not None, f"no executed copy of {_id(path)} was written (tests/nbval_capture.py):\n{run.stdout[-4000:]}"
@@ -474,6 +519,7 @@ def test_lesson_executes_under_nbval(path, runs):
     assert run.returncode == 0 and not failed, (
         f"pytest --nbval-lax {_id(path)} failed; first failing cells (code cell index, as nbval numbers them):\n"
         + "\n".join(failed[:3]) + f"\n--- nbval's summary:\n{run.stdout[-1500:]}")
+    assert_bench_works_after_the_lesson(path, run)
     slow = sorted(((c.metadata.get("shapelab", {}).get("seconds", 0), k) for k, c in enumerate(nb.cells)
                    if c.cell_type == "code"), reverse=True)[:3]
     try:
@@ -501,6 +547,9 @@ def test_lesson_executes_under_nbval(path, runs):
 
     problems = page_problems(path, nb)
     assert not problems, f"{_id(path)}: the page answers the concept inventory:\n" + "\n".join(problems)
+    stale = readtime.stale_record(path, nb.cells)
+    assert not stale, (f"{stale}: the lesson's stated time counts them; run "
+                       f"`python -m shapelab.labkit.readtime --record {_id(path)}` and restate the time")
 
 
 def test_nbval_run_injects_parameters_and_keeps_outputs_and_failures(tmp_path):

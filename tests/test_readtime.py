@@ -101,3 +101,39 @@ def test_the_record_holds_every_lesson_and_only_cells_the_lesson_has():
         assert recorded, f"{path.name}: no outputs recorded; run its nbval test, then readtime --record"
         ids = {c.get("id") for c in nbformat.read(path, as_version=4).cells}
         assert set(recorded) <= ids, f"{path.name}: recorded cells the lesson no longer has: {set(recorded) - ids}"
+
+
+def test_the_readmes_range_is_the_lessons_measured_times():
+    """The README says how long a lesson's main path takes (issue 36: it said 20-30 minutes where lessons
+    measured 50): its range holds every lesson's measured time, its low end is the shortest lesson's (within
+    2 minutes) and its high end the limit a main path must fit."""
+    import re
+
+    root = readtime.RECORD.parents[3]
+    found = re.search(r"main path takes (\d+)–(\d+) minutes", (root / "README.md").read_text())
+    assert found, "the README no longer states a lesson's time as 'main path takes N–M minutes'"
+    low, high = map(int, found.groups())
+    times = {p.stem: readtime.measure(p).minutes for p in sorted((root / "notebooks").glob("[0-9]*.ipynb"))}
+    assert high == readtime.MAIN_PATH_MINUTES and low <= min(times.values()) <= low + 2, (low, high, times)
+    assert all(low <= t <= high for t in times.values()), f"the README says {low}–{high} minutes; measured {times}"
+
+
+def test_restate_writes_the_measurement_into_the_title_and_the_guide_keeping_what_runs(tmp_path):
+    lesson = tmp_path / "notebooks" / "09_made_up.ipynb"
+    lesson.parent.mkdir()
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    cells = [md("# 09 · Made up\n\n**Time:** 99 minutes, measured: a stale sentence. **You will find out:**\n1. x"),
+             code("setup()"), md("## 1. One\n\n" + "word " * 400), code("a = 1\n" * 30)]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), lesson)
+    guide = tmp_path / "INSTRUCTOR.md"
+    guide.write_text("### Lesson 09 · made up\n\n**Live time: 99 minutes, measured** (`python -m shapelab.labkit.readtime`: "
+                     "stale (1 line)). Headless at CI scale: 3 CPU-seconds.\n\n| section | minutes | runs in | what runs |\n"
+                     "|---|---|---|---|\n| 1. One | 9.0 | 2 s | the loop, typed |\n| 2. Gone | 1.0 | | |\n\n"
+                     "| policy | compiles |\n|---|---|\n| kept | 3 |\n\n## 5. Next part\n")
+    assert readtime.restate([lesson], guide) == ["09_made_up.ipynb", "INSTRUCTOR.md lesson 09"]
+    minutes = readtime.measure(lesson).minutes
+    assert readtime.stated_minutes(nbformat.read(lesson, as_version=4).cells[0].source) == minutes
+    text = guide.read_text()
+    assert f"**Live time: {minutes} minutes, measured**" in text and "stale" not in text and "Headless at CI" in text
+    assert "| 1. One | " in text and "| 2 s | the loop, typed |" in text and "Gone" not in text
+    assert "| kept | 3 |" in text and text.endswith("## 5. Next part\n")  # another table and the next part untouched

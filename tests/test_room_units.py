@@ -26,7 +26,7 @@ import yaml
 import shapelab as S
 from chromium import browser  # noqa: F401 (the fixture the page is read with)
 from shapelab.room import client, learning, store
-from shapelab.room.hub import LANDING, Room, configure
+from shapelab.room.hub import INSTRUCTOR_SCOPES, LANDING, Room, configure
 from shapelab.room.service import FIELDS, MAX_BODY, validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -316,7 +316,10 @@ def test_hub_configuration():
                 learner_python="/srv/room-python/bin/python")
     configure(c, room)
     assert c.JupyterHub.authenticator_class == "firstuseauthenticator.FirstUseAuthenticator"
-    assert c.Authenticator.admin_users == {"teach"} and c.Authenticator.allowed_users == {"a", "b", "teach"}
+    assert "admin_users" not in c.Authenticator and c.Authenticator.allowed_users == {"a", "b", "teach"}
+    roles = {r["name"]: r for r in c.JupyterHub.load_roles}
+    assert roles["instructor"] == {"name": "instructor", "users": ["teach"], "scopes": INSTRUCTOR_SCOPES}
+    assert roles["admin"]["users"] == []  # no hub admin: a learner's page opened by the instructor gets no admin rights
     assert c.FirstUseAuthenticator.create_users is False  # a roster: nobody else signs up
     assert c.Spawner.default_url == LANDING and (ROOT / LANDING.removeprefix("/lab/tree/")).is_file()
     assert c.Spawner.cmd == ["/srv/room-python/bin/python", "-m", "jupyterhub.singleuser"]

@@ -926,6 +926,19 @@ def summary() -> None:
         display(table)
     except ImportError:
         print(table)
+    _shown_to_room()
+
+
+def _shown_to_room() -> None:
+    """In a room, tell the service the learner has seen how their answers scored: any answer sent after this is
+    "after seeing" and left out of g (issue 37). Outside a room nothing is sent."""
+    from ..room import client as room_client
+
+    if room_client._room() is None:
+        return
+    seen = {(r["form"], r["item"]) for r in responses() if r["phase"] == "post"}  # the service marks each pair too
+    for form, item in sorted(seen):
+        room_client.record_inventory(form, item, "post", None)
 
 
 # ---------------------------------------------------------------- how long taking it takes (the notebooks state it)

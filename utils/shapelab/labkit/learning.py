@@ -8,8 +8,8 @@ complete (before that, right or wrong per concept would tell which answers were 
 lesson's prompts they predicted as the run measured, for their own reflection.
 
 Every ``S.reveal`` notes its line and whether the prediction agreed (``note``, called by ``reveal``). A prompt
-counts its first answered reveal only: an answer changed after the run printed the measurement is no longer a
-prediction. A prompt left as ``...`` counts as unanswered.
+counts its first reveal only: an answer changed after the run printed the measurement is no longer a prediction,
+and one written after a blank run (``...``, counted as unanswered) was written after seeing it, as in the room.
 
 Nothing leaves the machine (a room gets each reveal through ``room.client``, not from here). Across lessons
 the summary keeps one line per lesson and kernel in a file of the learner's own, ``~/.shapelab/learning.jsonl``
@@ -39,10 +39,9 @@ def note(line: str, agreed: bool | None) -> None:
 def scores(lesson, notes: list[dict]) -> list[dict]:
     """Per concept of ``lesson`` (a manifest ``Lesson``), in the lesson's order: the prompts answered and
     right before (``pre``) and after (``post``), and the prompts reached but left unanswered."""
-    first: dict[str, bool | None] = {}  # line -> the first answered verdict (None while only blanks)
+    first: dict[str, bool | None] = {}  # line -> the first run's verdict (None: run blank, the measurement seen)
     for n in notes:
-        if first.get(n["line"]) is None:
-            first[n["line"]] = n["agreed"]
+        first.setdefault(n["line"], n["agreed"])  # an answer after a blank run is after seeing, as in the room
     rows: dict[str, dict] = {}
     for p in lesson.prompts:
         if not p.concept:

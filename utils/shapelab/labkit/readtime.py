@@ -119,18 +119,18 @@ class LessonTime:
         return math.ceil(self.further.reading_minutes)
 
     def summary(self) -> str:
-        """The sentence a title cell states (its first number is ``minutes``)."""
+        """The sentence a title cell states (its first number is ``minutes``; the parts, in minutes, are rounded)."""
         m = self.main
         further = f"; *Going further* adds about {self.further_minutes}" if self.further_minutes else ""
-        prompts = f"{m.prompts} {'prompt' if m.prompts == 1 else 'prompts'}"
-        checks = f" and {m.self_checks} self-check questions" if m.self_checks else ""
-        bench = (f", the bench and its {m.try_runs} \"Try:\" runs {m.bench_minutes:.0f}" if m.bench else "")
-        return (f"{self.minutes} minutes, measured: {m.words:,} words of prose {m.words / WORDS_PER_MINUTE:.0f}, "
-                f"{m.code_lines} lines of code {m.code_lines / CODE_LINES_PER_MINUTE:.0f}, the outputs "
-                f"({m.lines} lines, {m.table_rows} table rows of {m.table_cells} cells, {m.ledger_rows} ledger rows, {m.figures} "
-                f"{'figure' if m.figures == 1 else 'figures'}) {m.output_minutes:.0f}, {prompts}{checks} "
-                f"{m.prompts * PROMPT_MINUTES + m.self_checks * SELF_CHECK_MINUTES:.0f}{bench}, and "
-                f"{self.run_seconds:.0f} s to run at CI size on a CPU{further}")
+        prompts = f"{m.prompts} {'prompt' if m.prompts == 1 else 'prompts'}" + (
+            f" and {m.self_checks} self-check {'question' if m.self_checks == 1 else 'questions'}" if m.self_checks else "")
+        figures = f", {m.figures} {'figure' if m.figures == 1 else 'figures'}" if m.figures else ""
+        bench = f", the bench {m.bench_minutes:.0f} (with its {m.try_runs} \"Try:\" runs)" if m.bench else ""
+        return (f"{self.minutes} minutes, measured: prose {m.words / WORDS_PER_MINUTE:.0f} ({m.words:,} words), "
+                f"code {m.code_lines / CODE_LINES_PER_MINUTE:.0f} ({m.code_lines} lines), outputs "
+                f"{m.output_minutes:.0f} ({m.lines} lines, {m.table_rows} table rows, {m.ledger_rows} ledger rows"
+                f"{figures}), prompts {m.prompts * PROMPT_MINUTES + m.self_checks * SELF_CHECK_MINUTES:.0f} ({prompts})"
+                f"{bench}, the run {self.run_seconds / 60:.0f} ({self.run_seconds:.0f} s at CI size on a CPU){further}")
 
 
 def _words(markdown: str) -> int:
@@ -376,11 +376,57 @@ def executed_copy(notebook: Path) -> Path:
     return notebook.parents[1] / "test-artifacts" / "executed" / f"{notebook.parent.name}__{notebook.name}"
 
 
+TABLE_HEAD = "| section | minutes (prose, code, outputs, prompts, bench) | runs in (CI, a loaded 2-core CPU) | what runs |"
+TITLE_TIME = re.compile(r"\*\*Time:\*\* \d+ minutes, measured: .*?(?= \*\*You will find out:\*\*)", re.S)
+LIVE_TIME = re.compile(r"\*\*Live time: \d+ minutes, measured\*\* \(`python -m shapelab\.labkit\.readtime`: .*?(?= Headless at CI)",
+                       re.S)
+
+
+def restate(paths: list[Path], guide: Path) -> list[str]:
+    """Write each lesson's measured time into its title cell and into ``guide`` (INSTRUCTOR.md: its "Live time"
+    sentence and its table of sections, keeping each row's "what runs" words); the names of what changed."""
+    text, changed = guide.read_text(), []
+    for path in paths:
+        summary = measure(path).summary()
+        nb = json.loads(path.read_text())  # the JSON as stored (nbformat would reorder keys and add fields)
+        source = "".join(nb["cells"][0]["source"])
+        title = TITLE_TIME.sub(lambda _: f"**Time:** {summary}.", source, count=1)
+        if title != source:
+            nb["cells"][0]["source"] = title.splitlines(keepends=True)
+            path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+            changed.append(path.name)
+        start = text.index(f"### Lesson {path.name[:2]} ")
+        end = text.find("\n### Lesson ", start + 1)
+        end = end if end > 0 else text.index("\n## ", start)
+        part = LIVE_TIME.sub(lambda _: f"**Live time: {summary.split(' minutes', 1)[0]} minutes, measured** "
+                                       f"(`python -m shapelab.labkit.readtime`: {summary.split(': ', 1)[1]}).", text[start:end], count=1)
+        lines = part.splitlines()
+        head = next((i for i, l in enumerate(lines) if l.startswith("| section |")), None)
+        if head is not None:  # the table of sections: its rows until the first line that is no row
+            last = head
+            while last + 1 < len(lines) and lines[last + 1].startswith("|"):
+                last += 1
+            old = {r.split("|")[1].strip(): [c.strip() for c in r.split("|")[3:5]] for r in lines[head + 2:last + 1]}
+            rows = []
+            for row in section_table(path, executed_copy(path)).splitlines()[2:]:
+                name, minutes, run = [c.strip() for c in row.split("|")[1:4]]
+                kept_run, what = old.get(name, ["", ""])
+                rows.append(f"| {name} | {minutes} | {run or kept_run} | {what} |")
+            lines[head:last + 1] = [TABLE_HEAD, "|---|---|---|---|"] + rows
+        part = "\n".join(lines) + ("\n" if text[start:end].endswith("\n") else "")
+        if part != text[start:end]:
+            text = text[:start] + part + text[end:]
+            changed.append(f"{guide.name} lesson {path.name[:2]}")
+    guide.write_text(text)
+    return changed
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print each lesson's measured time (the given notebooks, or every lesson); with ``--sections``, each one's
     table of sections as INSTRUCTOR.md shows it (CI seconds from test-artifacts/executed/ where a run left them);
     with ``--record``, first store in ``RECORD`` what the executed copies under test-artifacts/executed/ printed
-    (run the lessons' tests first: ``pytest tests/test_notebooks.py -k lesson_executes``). Exit status 0, or 1
+    (run the lessons' tests first: ``pytest tests/test_notebooks.py -k lesson_executes``); with ``--restate``, write
+    each lesson's measured time into its title cell and INSTRUCTOR.md (``restate``). Exit status 0, or 1
     when ``--record`` finds no executed copy of a lesson it was asked for."""
     argv = list(argv or [])
     flags = {a for a in argv if a.startswith("--")}
@@ -394,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
               + (f"; no executed copy of {', '.join(missing)}" if missing else ""))
         if missing and [a for a in argv if a not in flags]:
             return 1
+    if "--restate" in flags:  # after --record: the titles and INSTRUCTOR.md say what is measured now
+        print("restated:", ", ".join(restate(paths, root / "INSTRUCTOR.md")) or "nothing changed")
     for path in paths:
         print(f"{path.stem}: {measure(path).summary()}")
         if "--sections" in flags:

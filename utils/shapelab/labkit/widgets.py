@@ -40,6 +40,7 @@ STEPS_FROM = 25  # per-call counts longer than this are drawn as a step plot, no
 # Wrap at spaces, break a word only when it alone is wider than the pane; never scroll sideways.
 STYLE = """<style>
 .shapelab-bench .shapelab-pane { min-width: 0; overflow-x: hidden; }
+.shapelab-bench .shapelab-panes { gap: 0 8px; }  /* between panes only: a margin after a full-width pane overflowed */
 .shapelab-bench .shapelab-pane .widget-html-content, .shapelab-bench .shapelab-status .widget-html-content {
   white-space: normal; word-break: normal; overflow-wrap: break-word; line-height: 1.35; }
 .shapelab-bench pre { margin: 0; white-space: pre-wrap; word-break: normal; overflow-wrap: break-word;
@@ -173,7 +174,7 @@ class LabBench:
             p.add_class("shapelab-pane-body")
             box = W.VBox([W.HTML(f"<b>{html.escape(n)}</b>"), p],
                          layout=W.Layout(min_width="100%" if n in wide else "300px", flex="1 1 300px",
-                                         margin="0 8px 8px 0"))
+                                         margin="0 0 8px 0"))
             box.add_class("shapelab-pane")
             boxes.append(box)
             self._boxes[n] = box
@@ -182,7 +183,7 @@ class LabBench:
             W.HTML(f"<h4 class='shapelab-bench-title' style='margin:4px 0'>{ICON}{html.escape(title)}</h4>"),
             W.HBox(list(self.controls.values()), layout=W.Layout(flex_flow="row wrap")),
             W.HBox([self.button, self.status], layout=W.Layout(align_items="center")),
-            W.HBox(boxes, layout=W.Layout(flex_flow="row wrap", width="100%")),
+            W.HBox(boxes, layout=W.Layout(flex_flow="row wrap", width="100%")).add_class("shapelab-panes"),
         ], layout=W.Layout(width="100%"))
         self.widget.add_class("shapelab-bench")
 

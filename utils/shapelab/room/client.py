@@ -50,12 +50,13 @@ def record_check(lab: str, exercise: str, passed: bool, attempt: int) -> bool | 
                            "attempt": int(attempt)})
 
 
-def record_inventory(form: str, item: str, phase: str, choice: str) -> bool | None:
-    """Send one concept-inventory answer (called by ``labkit.inventory.answer``; the service keeps the first)."""
+def record_inventory(form: str, item: str, phase: str, choice: str | None) -> bool | None:
+    """Send one concept-inventory answer (called by ``labkit.inventory.answer``; the service keeps the first);
+    ``choice`` None says the learner was shown how the item was scored, so a later answer is "after seeing"."""
     if _room() is None:
         return None
     return _send("inventory", {"form": _text(form), "item": _text(item), "phase": _text(phase),
-                               "choice": _text(choice)})
+                               "choice": None if choice is None else _text(choice)})
 
 
 def assigned_form() -> str | None:
