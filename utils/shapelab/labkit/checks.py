@@ -5,6 +5,12 @@ A failed check prints what is wrong; under ``strict`` it raises ``CheckFailed`` 
 going on. When $SHAPELAB_CHECK_RESULTS names a file, every result is appended to it as a
 JSON line, so tests can prove that solutions pass and untouched labs fail every check.
 
+Hidden cases: every check draws the random part of its cases from ``case_rng(name)``, seeded by the kernel
+session's seed (``case_seed()``: drawn once per process, or $SHAPELAB_CHECK_SEED when set, read at each check),
+and says so in its message (``seed_note()``), so a failure can be drawn again. A check in the learner's own kernel
+judges honest answers; it cannot stop a deliberate shortcut (reading the graders, which every learner can), and
+its messages never claim more.
+
 ``summary()`` gives, per exercise, the latest result and whether it passed before: a learner who
 experiments after a pass sees "passed on attempt 2, fails now", not a silent "0 of 4".
 """
@@ -12,11 +18,38 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from dataclasses import dataclass
 
 from ..room import client as room_client
 
 RESULTS_ENV = "SHAPELAB_CHECK_RESULTS"
+SEED_ENV = "SHAPELAB_CHECK_SEED"
+_SESSION_SEED = random.SystemRandom().randrange(10 ** 6)  # drawn when the kernel first imports the checks
+
+
+def case_seed() -> int:
+    """The seed of this session's hidden cases: $SHAPELAB_CHECK_SEED if set (to draw a failing case again), else
+    the one drawn when this process started (a new kernel draws new cases; a retry in the same kernel meets the
+    same ones)."""
+    text = os.environ.get(SEED_ENV, "").strip()
+    if text:
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"${SEED_ENV} should be a whole number, got {text!r}") from None
+    return _SESSION_SEED
+
+
+def case_rng(name: str) -> random.Random:
+    """A generator for the random part of check ``name``'s hidden cases, from ``case_seed()``."""
+    return random.Random(f"{case_seed()}:{name}")
+
+
+def seed_note() -> str:
+    """The line a check adds to its message: the cases' seed, and how to draw them again."""
+    seed = case_seed()
+    return f"[hidden cases drawn with seed {seed}: os.environ['{SEED_ENV}'] = '{seed}' draws the same ones]"
 
 
 class CheckFailed(AssertionError):
@@ -57,7 +90,8 @@ class Checker:
         if path:
             with open(path, "a") as fh:
                 fh.write(json.dumps({"lab": self.lab, "name": name, "passed": result.passed}) + "\n")
-        print(f"{'✅' if passed else '❌'} {name}: {message}")
+        seed = f"(hidden cases: seed {case_seed()})" if passed else seed_note()
+        print(f"{'✅' if passed else '❌'} {name}: {message}\n   {seed}")
         room_client.record_check(self.lab, name, result.passed, len(self.history[name]))  # only inside a room
         if not passed and self.strict:
             raise CheckFailed(f"{name}: {message}")
