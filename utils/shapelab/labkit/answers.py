@@ -429,8 +429,8 @@ def torch_error_words(e: BaseException) -> str | None:
     text = " | ".join(str(c) for c in chain)
     if "not simple sympy type" in text:
         return ("torch raised AssertionError 'not simple sympy type' from inside its own code: torch 2.13 and 2.14 "
-                "crash on a mark with only one bound (mark_dynamic(x, 0, max=64) or min= alone), a bug in torch, not "
-                "in your idea. Give both bounds, mark_dynamic(x, 0, min=..., max=...), or none")
+                "crash on a mark with only one bound (max= without min=, or min= without max=), a bug in torch, "
+                "not in your idea. Give both bounds, or none")
     if "when making fake tensor call" in text:
         size = re.search(r"RuntimeError\('([^'(]*\(\w+: hint = \d+\)[^']*)", text)
         return ("torch could not trace the model with your mark: while tracing, a marked size is a symbol standing in "

@@ -441,7 +441,7 @@ def _gate_error(e: BaseException, marked: tuple) -> str:
     if words := torch_error_words(e):
         return words
     if re.search(r"\b2 <= \w+\.size\(\)\[0\]", guard):
-        return (f"{type(e).__name__} (guard failed: {guard}): mark_dynamic's symbol has the range 2 and up, and a "
+        return (f"{type(e).__name__} (guard failed: {guard}): mark_dynamic's symbol has a range that starts at 2, and a "
                 "marked dimension may not specialise, so batch 0 or 1 fails its guard (hint_override= changes only "
                 "the size the compiler traces with, not that range). Which mark covers 0 and 1?")
     if any(t._dynamo_unbacked_indices if hasattr(t, "_dynamo_unbacked_indices") else () for t in marked):

@@ -163,7 +163,9 @@ def _hidden_records(seed: int, requests: int) -> tuple[tuple[str, str, Record], 
     out = []
     for i, cause in enumerate(sorted(MYSTERY_CAUSES)):
         svc = MysteryService(10_000 + 7 * seed + i, width=8, _cause=cause)
-        out.append(("production", cause, svc.replay(svc.traffic(requests, seed=seed + 3))))
+        traffic = svc.traffic(requests, seed=seed + 3)
+        # the first request again, last: a service that fell back still runs its first graph for it
+        out.append(("production", cause, svc.replay(traffic + traffic[:1])))
     cause = random.Random(f"staging-{seed}").choice(sorted(MYSTERY_CAUSES))
     svc = MysteryService(20_000 + seed, width=8, _cause=cause)
     out.append(("staging", cause, svc.replay(svc.staging_traffic(requests // 2, seed=seed))))
@@ -237,12 +239,14 @@ def _measured_fallbacks(warm: tuple, lengths: tuple, limit: int) -> int:
 def _count_cases(seed: int) -> list[tuple[str, list[int], list[int], int]]:
     """Hidden cases over the domain (a warm-up list, a traffic list, any limit of 1 or more), edges
     first: lengths that come back, a warm-up with graphs of its own, a warm-up that repeats a length,
-    a warm-up with more lengths than the limit, a limit of 1, no traffic at all, then a random case."""
+    a warm-up with more lengths than the limit, a limit of 1, no traffic at all, then a random case; the graphs go to the
+    first lengths to arrive, so one case sends a long length first."""
     rng = random.Random(f"count-{seed}")
     limit = rng.randint(3, 6)
     drawn = [rng.randint(2, 24) for _ in range(14)]
     return [
         ("a case where lengths compiled before the limit come back after it", [], [5, 6, 7, 8, 5, 9, 8, 6, 7], 3),
+        ("a case where a long length arrives before shorter ones", [], [9, 3, 9, 4, 3, 5], 2),
         ("a case whose warm-up took graphs of its own", [10, 11], [12, 13, 10, 14, 12, 15], 4),
         ("a case with fewer distinct lengths than the limit", [3], [4, 5, 3, 4, 5], 5),
         ("a case whose warm-up repeats a length", [7, 7, 9], [9, 10, 11, 7, 12, 10], 4),
