@@ -302,3 +302,20 @@ def test_call_answer_sees_a_compile_made_before_the_check():
         with pytest.raises(A.AnswerRefused, match="compiled a function"):
             A.call_answer(answer, 3)
         assert A.call_answer(lambda n: n + 1, 3) == 4
+
+
+def test_hidden_cases_come_from_a_printed_seed_that_draws_them_again(monkeypatch, capsys):
+    """No check draws from a fixed Random(0): the session's seed, or $SHAPELAB_CHECK_SEED, decides the drawn cases,
+    and every result prints it (issue 37, item 5)."""
+    from shapelab.labkit import checks
+
+    monkeypatch.setenv(checks.SEED_ENV, "4242")
+    first = L.hidden_streams(checks.case_rng("01-1"))
+    monkeypatch.setenv(checks.SEED_ENV, "4243")
+    assert L.hidden_streams(checks.case_rng("01-1")) != first
+    monkeypatch.setenv(checks.SEED_ENV, "4242")
+    assert L.hidden_streams(checks.case_rng("01-1")) == first
+    S.Checker("lab").check("an exercise", False, "not yet")
+    assert "seed 4242" in capsys.readouterr().out and checks.SEED_ENV in checks.seed_note()
+    monkeypatch.delenv(checks.SEED_ENV)
+    assert checks.case_seed() == checks._SESSION_SEED

@@ -700,7 +700,7 @@ def _broken_goals(pattern: Pattern, rep) -> list[str]:
 def check_choices(choices) -> tuple[bool, str]:
     """Exercise check: ``choices`` maps each pattern to ``(fix, graphs)``: a key of ``FIXES`` and the
     number of graphs that fix compiles on the pattern's shown traffic (which the check re-measures).
-    The fix must then meet the pattern's goals on a fresh sample of its traffic too."""
+    The fix must then meet the pattern's goals on a second sample of its traffic (fixed, not shown) too."""
     if unanswered(choices):
         return False, "set choices = {'A': (fix, graphs), 'B': ..., 'C': ...}"
     if flipped := flipped_feedback():
@@ -724,9 +724,9 @@ def check_choices(choices) -> tuple[bool, str]:
             return False, (f"{p}: your graph count for {fix!r} is not what a replay of {p}'s traffic measures: "
                            "measure it (serve_pattern) before you choose")
         problems = _broken_goals(pattern, shown)
-        problems += [f"on a fresh sample of {p}'s traffic, {q}"
+        problems += [f"on a second sample of {p}'s traffic, one the lab does not show, {q}"
                      for q in _broken_goals(pattern, serve_pattern(pattern.hidden, fix, pattern.max_len))
                      if q not in problems]
         if problems:
             return False, f"{p}: {fix!r} breaks a goal: " + "; ".join(problems)
-    return True, "each fix meets its pattern's goals, on the traffic shown and on a fresh sample"
+    return True, "each fix meets its pattern's goals, on the traffic shown and on a second sample the lab does not show"
