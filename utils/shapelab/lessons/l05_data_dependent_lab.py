@@ -424,13 +424,17 @@ def _first_come_keep(expert: torch.Tensor, experts: int, cap: int) -> torch.Tens
 
 
 def _moe_variants(route):
-    """Hidden routings, edges first: one token; one expert; a float64 batch; then tight and roomy capacity."""
+    """Hidden routings, edges first: one token; one expert; a float64 batch; then tight and roomy capacity, the last
+    routing drawn for this session."""
     out = []
+    rng = case_rng("05-3")
+    drawn = (rng.randrange(10 ** 6), (rng.randint(1, 200), rng.randint(2, 8), rng.randint(2, 6), rng.randint(1, 8)),
+             rng.choice((0.25, 0.5, 0.75, 1.0, 1.5, 4.0)), torch.float32)
     for seed, (tokens, dim, hidden, experts), factor, dtype in (
             (40, (1, 4, 3, 4), 1.0, torch.float32), (46, (12, 4, 3, 1), 0.5, torch.float32),
             (47, (30, 5, 4, 3), 0.75, torch.float64),
             (41, (96, 6, 5, 4), 0.75, torch.float32), (42, (64, 5, 3, 8), 1.0, torch.float32),
-            (43, (50, 4, 4, 3), 0.5, torch.float32), (44, (80, 6, 5, 4), 4.0, torch.float32)):
+            (43, (50, 4, 4, 3), 0.5, torch.float32), (44, (80, 6, 5, 4), 4.0, torch.float32), drawn):
         gen = torch.Generator().manual_seed(seed)
         gate_w = (torch.randn(dim, experts, generator=gen) * 1.5).to(dtype)
         w = (torch.randn(experts, dim, hidden, generator=gen) / math.sqrt(dim)).to(dtype)

@@ -390,8 +390,8 @@ def production_requests(warm, rare, seed: int) -> list[tuple[str, torch.Tensor, 
 
 @one_thread
 def check_production_call(call_in_production: Callable, warm=(6, 12), rare=(1, 32, 3), seed: int = 5) -> tuple[bool, str]:
-    """``call_in_production(compiled, x)`` must serve warm shapes compiled, every other request (other sizes,
-    dtypes, layouts) eagerly and right, never compile, raise, or change a global setting."""
+    """``call_in_production(compiled, x)`` must serve warm shapes compiled, every other request (other sizes, one of
+    them drawn for this session, dtypes, layouts) eagerly and right, never compile, raise, or change a global setting."""
     if not callable(call_in_production):
         return False, "define call_in_production(compiled, x)"
     if (why := shortcut_feedback(call_in_production, "your call_in_production")):
@@ -399,6 +399,7 @@ def check_production_call(call_in_production: Callable, warm=(6, 12), rare=(1, 3
     if (flipped := flipped_feedback("the check of your call_in_production")):
         return False, flipped
     g = torch.Generator().manual_seed(seed)
+    rare = tuple(rare) + (case_rng("06-4").choice([n for n in range(2, 65) if n not in warm and n not in rare]),)
     tracker = Tracker("eager")
     with isolated():
         import logging
