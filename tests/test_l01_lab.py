@@ -87,7 +87,7 @@ def _mark0(x):
 
 
 def test_annotate_right_answer_passes():
-    ok, msg = L.check_annotate(_mark0, BATCHES, seed=0)
+    ok, msg = L.check_annotate(_mark0, BATCHES)
     assert ok, msg
 
 
@@ -114,7 +114,7 @@ def test_annotate_wrong_answers():
              off_by_one: "batch 2", global_switch: "changed a global setting (torch._dynamo.config.assume_static_by_default",
              padded: "changed the values"}
     for answer, says in cases.items():
-        ok, msg = L.check_annotate(answer, BATCHES, seed=0)
+        ok, msg = L.check_annotate(answer, BATCHES)
         assert not ok and says in msg, (answer.__name__, msg)
     assert torch._dynamo.config.assume_static_by_default is True
 
@@ -182,7 +182,7 @@ def test_reading_the_guards_by_compiling_is_refused():
 # -- exercise 5 --------------------------------------------------------------------------------------
 
 def test_loader_mark_right_answer_passes():
-    ok, msg = L.check_loader_mark(lambda x: torch._dynamo.maybe_mark_dynamic(x, 0), seed=0)
+    ok, msg = L.check_loader_mark(lambda x: torch._dynamo.maybe_mark_dynamic(x, 0))
     assert ok, msg
 
 
@@ -199,7 +199,7 @@ def test_loader_mark_wrong_answers():
         ignore_the_error: "changed a global setting (torch._dynamo.config.allow_ignore_mark_dynamic",
     }
     for answer, says in cases.items():
-        ok, msg = L.check_loader_mark(answer, seed=0)
+        ok, msg = L.check_loader_mark(answer)
         assert not ok and says in msg, msg
     assert torch._dynamo.config.allow_ignore_mark_dynamic is False
 
@@ -302,3 +302,20 @@ def test_call_answer_sees_a_compile_made_before_the_check():
         with pytest.raises(A.AnswerRefused, match="compiled a function"):
             A.call_answer(answer, 3)
         assert A.call_answer(lambda n: n + 1, 3) == 4
+
+
+def test_hidden_cases_come_from_a_printed_seed_that_draws_them_again(monkeypatch, capsys):
+    """No check draws from a fixed Random(0): the session's seed, or $SHAPELAB_CHECK_SEED, decides the drawn cases,
+    and every result prints it (issue 37, item 5)."""
+    from shapelab.labkit import checks
+
+    monkeypatch.setenv(checks.SEED_ENV, "4242")
+    first = L.hidden_streams(checks.case_rng("01-1"))
+    monkeypatch.setenv(checks.SEED_ENV, "4243")
+    assert L.hidden_streams(checks.case_rng("01-1")) != first
+    monkeypatch.setenv(checks.SEED_ENV, "4242")
+    assert L.hidden_streams(checks.case_rng("01-1")) == first
+    S.Checker("lab").check("an exercise", False, "not yet")
+    assert "seed 4242" in capsys.readouterr().out and checks.SEED_ENV in checks.seed_note()
+    monkeypatch.delenv(checks.SEED_ENV)
+    assert checks.case_seed() == checks._SESSION_SEED

@@ -460,3 +460,41 @@ def _warm_in_blocks(served, x1):
 def test_exercise_2_accepts_benchmarks_written_differently_round_four(right):
     ok, msg = G.check_benchmark(right)
     assert ok, msg
+
+
+# -- round five (issue 38): the whole domain (32 included), and feedback on the idea the answer got wrong ----------
+
+def _sizes_up_to_31(stream):
+    # the batch sizes taken from range(2, 32), its end read as included: 32, the largest in the domain, is never warmed
+    sizes = set(stream)
+    warm = [b for b in (0, 1) if b in sizes]
+    big = [b for b in range(2, 32) if b in sizes]
+    if len(big) == 1:
+        return warm + big
+    return warm + (big[:1] if warm else big[:2]) if big else warm
+
+
+def test_exercise_3_warms_the_largest_size_too():
+    ok, msg = G.check_warmup(_sizes_up_to_31, Z.make_model(8), width=8, stream=STREAM)
+    assert not ok and "batch 32" in msg, msg
+
+
+def _hinted(x, w, bias):
+    # mark_dynamic with a size hint "so that the compiler plans for small batches": its range still starts at 2
+    torch._dynamo.mark_dynamic(x, 0, hint_override=8)
+    torch._dynamo.mark_dynamic(w, 0, hint_override=8)
+
+
+def _strict_unbacked(x, w, bias):
+    # unbacked marks made strict "to be sure nothing specialises": on 2.13 strict= alone leaves the dimension backed
+    U(x, 0, strict=True)
+    U(w, 0, strict=True)
+
+
+@pytest.mark.parametrize("wrong, idea, not_this", [
+    (_hinted, "starts at 2", "marked unbacked"),
+    (_strict_unbacked, "strict=", "what mark_dynamic gives"),
+], ids=["hint_override", "strict unbacked"])
+def test_exercise_4_names_the_idea_the_answer_got_wrong(wrong, idea, not_this):
+    ok, msg = G.check_one_graph(wrong)
+    assert not ok and idea in msg and not_this not in msg, msg

@@ -718,3 +718,17 @@ def _dynamic_default_patched_inside(svc):
 def test_exercise_3_rejects_a_setting_patched_inside_the_call(lengths_service, make):
     ok, msg = LAB.check_fix(lengths_service, make(lengths_service), requests=12)
     assert not ok and "inside the call" in msg, msg
+
+
+# -- round five (issue 38): temperatures over the whole domain, at full precision -----------------------------------
+
+def _temperature_rounded(svc):
+    def adapter(request):
+        # a tensor temperature rounded to two decimals "as the traffic sends them": one with more digits changes
+        return svc.tensor(request), torch.tensor(round(request.temperature, 2))
+    return adapter
+
+
+def test_exercise_3_rejects_a_temperature_rounded_to_two_decimals(temperature_service):
+    ok, msg = LAB.check_fix(temperature_service, _temperature_rounded(temperature_service), requests=8)
+    assert not ok and "more than two decimals" in msg, msg

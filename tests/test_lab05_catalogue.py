@@ -257,8 +257,6 @@ WRONG = [
 ]
 
 RIGHT = [
-    ("fixed_shape", "F.normalize, then the mask", dense_normalize),
-    ("fixed_shape", "masked_fill first, then a clamped norm", dense_masked_fill),
     ("promise", "the same promise as 'more than three'", promise_greater_than_three),
     ("moe", "top-k per expert in a loop over the experts", moe_topk_per_expert),
     ("choose_factor", "one_hot counts, the smallest fitting factor by min()", factor_one_hot),
@@ -443,7 +441,6 @@ WRONG += [
 ]
 
 RIGHT += [
-    ("fixed_shape", "the unkept rows zeroed in a copy, then a clamped norm", dense_zero_rows_then_clamped_norm),
     ("fixed_shape", "the NaN of a zero row removed by nan_to_num", dense_nan_to_num),
     ("fixed_shape", "a divisor of 1 where the row is not kept", dense_safe_divisor),
     ("promise", "4 <= size(0), with a message", first_four_reversed_with_message),
@@ -492,8 +489,48 @@ def dense_masked_fill_after(x, scores, t):
 
 WRONG_4 = [("fixed_shape", "an object fetching the grader's rewrite by name when called", _KeptByName())]
 RIGHT_4 = [
-    ("fixed_shape", "F.normalize under torch.where", dense_normalize_under_where),
     ("fixed_shape", "masked_fill after normalising every row", dense_masked_fill_after),
 ]
 
 test_wrong_answer_is_rejected_4, test_correct_alternative_is_accepted_4, _ = catalogue_tests(WRONG_4, RIGHT_4, judge, leaks)
+
+
+# --- round five (issue 38): the whole stated domain: rows of any length, batches of any size ---------------------------
+
+def dense_eps_norm(x, scores, t):
+    # an epsilon added to the norm "for safety": a kept row shorter than the epsilon is not scaled to unit length
+    return torch.where((scores > t)[:, None], x / (x.norm(dim=1, keepdim=True) + 1e-12), 0.0)
+
+
+def factor_rounded_share(routes, experts, factors, budget):
+    # the share rounded to four decimals "for a readable report": the check recomputes it unrounded
+    for f in sorted(factors):
+        shares = [1 - torch.bincount(e, minlength=experts).clamp(max=capacity(e.numel(), experts, f)).sum().item()
+                  / e.numel() for e in routes]
+        share = sum(shares) / len(shares)
+        if share <= budget:
+            return f, round(share, 4)
+    return None
+
+
+def dense_where_divides_by_one(x, scores, t):
+    """Correct, written differently: the norm of each row, replaced by 1 where the row is not kept, then divided."""
+    keep = (scores > t)[:, None]
+    norm = torch.where(keep, x.norm(dim=1, keepdim=True), torch.ones((), dtype=x.dtype))
+    return torch.where(keep, x / norm, torch.zeros((), dtype=x.dtype))
+
+
+WRONG_5 = [
+    ("fixed_shape", "an epsilon of 1e-12 added to the norm", dense_eps_norm),
+    # F.normalize divides by max(norm, eps=1e-12): a kept row of norm 1e-18 comes out far shorter than 1
+    ("fixed_shape", "F.normalize, then the mask (was in RIGHT: its eps clamps a short row's norm)", dense_normalize),
+    ("fixed_shape", "F.normalize under torch.where (was in RIGHT)", dense_normalize_under_where),
+    ("fixed_shape", "the unkept rows zeroed in a copy, then a norm clamped at 1e-12 (was in RIGHT)",
+     dense_zero_rows_then_clamped_norm),
+    # a clamp at 1e-30 "far below any real norm": a float64 row of norm 1e-150 is shorter still
+    ("fixed_shape", "masked_fill first, then a norm clamped at 1e-30 (was in RIGHT)", dense_masked_fill),
+    ("choose_factor", "the dropped share rounded to four decimals", factor_rounded_share),
+]
+RIGHT_5 = [("fixed_shape", "the norm replaced by 1 where the row is not kept", dense_where_divides_by_one)]
+
+test_wrong_answer_is_rejected_5, test_correct_alternative_is_accepted_5, _ = catalogue_tests(WRONG_5, RIGHT_5, judge, leaks)

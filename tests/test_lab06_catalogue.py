@@ -620,3 +620,34 @@ RIGHT_4 = [
 ]
 
 test_wrong_answer_is_rejected_4, test_correct_alternative_is_accepted_4, _ = catalogue_tests(WRONG_4, RIGHT_4, judge, leaks)
+
+
+# --- round five (issue 38): the whole stated domain, and a verdict that memory cannot decide ----------------------
+
+def serve_empty_cache(requests, w_out, max_len, compile_fn):
+    # the cache from torch.empty "since every position is written before it is read": a position not written yet is
+    # still multiplied by its zero weight, and 0 x NaN is NaN, so the answer depends on what memory held
+    step = compile_fn(step_fixed)
+    outputs = []
+    for req in requests:
+        length, heads, _, dim = req["q"].shape
+        k, v = torch.empty(heads, max_len, dim), torch.empty(heads, max_len, dim)
+        temperature = torch.tensor(req["temperature"])
+        outputs.append(torch.stack([step(req["q"][t], k, v, req["k"][t], req["v"][t], w_out, temperature,
+                                         torch.tensor([t])) for t in range(length)]))
+    return outputs
+
+
+WRONG_5 = [
+    # every batch padded to 64 rows, "the largest batch we use": a larger batch is cropped by F.pad
+    ("training", "every batch padded to a fixed 64 rows", functools.partial(_train_padded_to, rows=64)),
+    # a cache of 2048 positions, "longer than any request we serve": a longer request runs past it
+    ("serving", "a KV cache fixed at 2048 positions, 'big enough'", make_serve(cache=2048)),
+    ("serving", "the cache from torch.empty, its unwritten positions weighed 0 (0 x NaN)", serve_empty_cache),
+]
+RIGHT_5 = [
+    ("causes", "the three labels as a tuple, with spaces and capitals",
+     (" Ragged last batch", "PYTHON FLOAT ARGUMENT ", "int attribute on a module")),
+]
+
+test_wrong_answer_is_rejected_5, test_correct_alternative_is_accepted_5, _ = catalogue_tests(WRONG_5, RIGHT_5, judge, leaks)

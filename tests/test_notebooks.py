@@ -621,6 +621,8 @@ def test_solution_passes_every_check(path, runs):
     results = _checks_of(runs, "solution", path)
     assert len(results) >= 3, f"{_id(path)} ran only {len(results)} checks"
     assert all(r["passed"] for r in results), [r["name"] for r in results if not r["passed"]]
+    problems = unfolded_logs(_result(runs, "solution", path).nb)  # labs too: no wall of log above an exercise
+    assert not problems, f"{_id(path)}: a long log is not folded:\n" + "\n".join(problems)
 
 
 @pytest.mark.parametrize("path", LABS, ids=_id)

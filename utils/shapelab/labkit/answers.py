@@ -36,7 +36,7 @@ import torch
 
 __all__ = ["AnswerRefused", "inspect_answer", "watch_settings", "settings_now", "settings_changes",
            "settings_flipped", "flipped_feedback", "shortcut_feedback", "no_compiling", "answering", "call_answer", "refuse_if",
-           "CompileLog", "counting_compiles", "course_calls", "one_thread"]
+           "CompileLog", "counting_compiles", "course_calls", "one_thread", "torch_error_words"]
 
 _REAL_COMPILE = torch.compile  # a reference the answer saved before a check swapped it is this object
 # attribute names of compile entry points other than torch.compile
@@ -415,6 +415,31 @@ def flipped_feedback(what: str = "this check") -> str | None:
     more = f" (and {len(flipped) - 1} more)" if len(flipped) > 1 else ""
     return (f"a global setting was changed before {what} ran ({flipped[0]}{more}): it changes every model in the "
             "process; put it back (or restart the kernel), and put the fix on the tensor or in the torch.compile call")
+
+
+# -- torch's errors, in words ----------------------------------------------------------------------
+
+def torch_error_words(e: BaseException) -> str | None:
+    """What an error torch raised from inside its own code while running a learner's marks means, in words (torch's
+    message names its internals), or None when it is not one this knows. Follows the exception's chain."""
+    chain, cur = [], e
+    while cur is not None and len(chain) < 8:
+        chain.append(cur)
+        cur = getattr(cur, "original", None) or cur.__cause__ or cur.__context__
+    text = " | ".join(str(c) for c in chain)
+    if "not simple sympy type" in text:
+        return ("torch raised AssertionError 'not simple sympy type' from inside its own code: torch 2.13 and 2.14 "
+                "crash on a mark with only one bound (max= without min=, or min= without max=), a bug in torch, "
+                "not in your idea. Give both bounds, or none")
+    if "when making fake tensor call" in text:
+        size = re.search(r"RuntimeError\('([^'(]*\(\w+: hint = \d+\)[^']*)", text)
+        return ("torch could not trace the model with your mark: while tracing, a marked size is a symbol standing in "
+                "for every size you promised"
+                + (" (hint_override only changes the example size the compiler traces with)" if "hint =" in text else "")
+                + ", and the model needs one exact size there"
+                + (f" (torch: {size.group(1)[:140]})" if size else "")
+                + ". Which mark lets the compiler keep that size a constant for such a model?")
+    return None
 
 
 # -- call ----------------------------------------------------------------------------------------

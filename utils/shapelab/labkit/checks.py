@@ -5,6 +5,12 @@ A failed check prints what is wrong; under ``strict`` it raises ``CheckFailed`` 
 going on. When $SHAPELAB_CHECK_RESULTS names a file, every result is appended to it as a
 JSON line, so tests can prove that solutions pass and untouched labs fail every check.
 
+Hidden cases: every check draws the random part of its cases from ``case_rng(name)``, seeded by the kernel
+session's seed (``case_seed()``: drawn once per process, or $SHAPELAB_CHECK_SEED when set, read at each check),
+and says so in its message (``seed_note()``), so a failure can be drawn again. A check in the learner's own kernel
+judges honest answers; it cannot stop a deliberate shortcut (reading the graders, which every learner can), and
+its messages never claim more.
+
 ``summary()`` gives, per exercise, the latest result and whether it passed before: a learner who
 experiments after a pass sees "passed on attempt 2, fails now", not a silent "0 of 4".
 """
@@ -12,11 +18,39 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from dataclasses import dataclass
 
 from ..room import client as room_client
 
 RESULTS_ENV = "SHAPELAB_CHECK_RESULTS"
+SEED_ENV = "SHAPELAB_CHECK_SEED"
+_SESSION_SEED = random.SystemRandom().randrange(10 ** 6)  # drawn when the kernel first imports the checks
+_DRAWS = [0]  # how many times a check asked for its generator: a result says "seed" only if its check drew
+
+
+def case_seed() -> int:
+    """The seed of this session's hidden cases: $SHAPELAB_CHECK_SEED if set (to draw a failing case again), else
+    the one drawn when this process started (a new kernel draws new cases; a retry in the same kernel meets the
+    same ones)."""
+    text = os.environ.get(SEED_ENV, "").strip()
+    try:
+        return int(text) if text else _SESSION_SEED
+    except ValueError:  # a typo must not stop the check: the session's seed, and say so
+        print(f"${SEED_ENV} should be a whole number, got {text!r}: using this session's seed, {_SESSION_SEED}")
+        return _SESSION_SEED
+
+
+def case_rng(name: str) -> random.Random:
+    """A generator for the random part of check ``name``'s hidden cases, from ``case_seed()``."""
+    _DRAWS[0] += 1
+    return random.Random(f"{case_seed()}:{name}")
+
+
+def seed_note() -> str:
+    """The line a check adds to its message: the cases' seed, and how to draw them again."""
+    seed = case_seed()
+    return f"[hidden cases drawn with seed {seed}: os.environ['{SEED_ENV}'] = '{seed}' draws the same ones]"
 
 
 class CheckFailed(AssertionError):
@@ -43,6 +77,7 @@ class Checker:
         self.strict = strict
         self.results: list[Result] = []  # the latest result of each exercise, in first-seen order
         self.history: dict[str, list[bool]] = {}  # every attempt of each exercise, in order
+        self._drew: bool | None = None  # whether the check ``run`` is reporting drew cases at random
 
     def check(self, name: str, passed: bool, message: str) -> bool:
         """Report one exercise. ``message`` says what is wrong (or, on success, what was shown)."""
@@ -57,7 +92,9 @@ class Checker:
         if path:
             with open(path, "a") as fh:
                 fh.write(json.dumps({"lab": self.lab, "name": name, "passed": result.passed}) + "\n")
-        print(f"{'✅' if passed else '❌'} {name}: {message}")
+        drew, self._drew = self._drew is not False, None
+        seed = ("" if not drew else f"\n   (hidden cases: seed {case_seed()})" if passed else f"\n   {seed_note()}")
+        print(f"{'✅' if passed else '❌'} {name}: {message}{seed}")
         room_client.record_check(self.lab, name, result.passed, len(self.history[name]))  # only inside a room
         if not passed and self.strict:
             raise CheckFailed(f"{name}: {message}")
@@ -65,10 +102,12 @@ class Checker:
 
     def run(self, name: str, test) -> bool:
         """Call ``test()``, which returns ``(passed, message)``; an exception in it is a failure."""
+        draws = _DRAWS[0]
         try:
             passed, message = test()
         except Exception as e:  # a learner's broken answer should read as feedback, not a traceback
             passed, message = False, f"your answer raised {type(e).__name__}: {e}"
+        self._drew = _DRAWS[0] != draws
         return self.check(name, passed, message)
 
     def passed_before(self, name: str) -> int | None:

@@ -29,8 +29,9 @@ from ..instruments import compat
 from ..instruments.display import fmt_shape
 from ..instruments.isolation import isolated
 from ..instruments.observe import ExperimentError, short_reason
-from ..labkit.answers import AnswerRefused, answering, call_answer, counting_compiles, flipped_feedback
-from ..labkit.checks import unanswered
+from ..labkit.answers import (AnswerRefused, answering, call_answer, counting_compiles, flipped_feedback,
+                              torch_error_words)
+from ..labkit.checks import case_rng, unanswered
 
 POLICIES = ("dynamic=None", "dynamic=True", "dynamic=False", "mark_dynamic(x, 0)")
 HINTS = {
@@ -71,11 +72,16 @@ def _measured(shapes: tuple, policy: str) -> int:
         return cnt.frame_count
 
 
+def _rng(seed: int | None, name: str) -> random.Random:
+    """The check's generator: the session's (``case_rng``) unless a test fixes ``seed``."""
+    return case_rng(name) if seed is None else random.Random(seed)
+
+
 def hidden_streams(rng: random.Random, n: int = 2) -> list[list[tuple]]:
-    """Fixed streams that tell the usual wrong rules apart, then ``n`` random ones.
+    """Fixed streams that tell the usual wrong rules apart, then ``n`` random ones over the whole domain.
 
     Every size is 2 or more and a batch never equals a feature count (no duck sizing, no 0/1),
-    and streams stay below the recompile limit.
+    and streams stay below the recompile limit. Drawn sizes reach 2048: a batch is even, a feature count odd.
     """
     fixed = [
         [(5, 3)],                            # one call
@@ -87,7 +93,7 @@ def hidden_streams(rng: random.Random, n: int = 2) -> list[list[tuple]]:
         [(4, 3), (4, 5), (8, 5), (8, 3)],    # the features first, then the batch, then features back
         [(2, 3), (4, 3), (4, 5), (6, 5), (6, 7), (8, 7), (8, 9)],  # seven distinct shapes, the most allowed
     ]
-    batches, features = [2, 4, 6, 8, 10, 12, 16, 24, 32], [3, 5, 7, 9, 11]
+    batches, features = [2, 4, 6, 8, 10, 12, 16, 24, 32, 64, 512, 2048], [3, 5, 7, 9, 11, 33, 1023, 2047]
     out = list(fixed)
     for _ in range(n):
         length = rng.randint(2, 7)
@@ -103,7 +109,7 @@ def hidden_streams(rng: random.Random, n: int = 2) -> list[list[tuple]]:
     return out
 
 
-def check_expected_graphs(expected_graphs: Callable, seed: int = 0) -> tuple[bool, str]:
+def check_expected_graphs(expected_graphs: Callable, seed: int | None = None) -> tuple[bool, str]:
     """Exercise 1: the learner's rule against the counts Dynamo really compiles, stream by stream.
 
     The counts are measured first (a fresh function per stream, cached per process); then the rule
@@ -112,7 +118,7 @@ def check_expected_graphs(expected_graphs: Callable, seed: int = 0) -> tuple[boo
         return False, "expected_graphs is not a function yet"
     if flipped := flipped_feedback():
         return False, flipped
-    streams = hidden_streams(random.Random(seed))
+    streams = hidden_streams(_rng(seed, "01-1"))
     truth = [(stream, policy, measure_graphs(stream, policy)) for stream in streams for policy in POLICIES]
     try:
         with isolated(), answering(expected_graphs):
@@ -127,7 +133,8 @@ def check_expected_graphs(expected_graphs: Callable, seed: int = 0) -> tuple[boo
                                    f"compiled. Ask: {HINTS[policy]}")
     except AnswerRefused as e:
         return False, str(e)
-    return True, f"your rule matched what Dynamo compiled on {len(streams)} streams under {len(POLICIES)} policies, some made up for this run"
+    return True, (f"your rule matched what Dynamo compiled on {len(streams)} streams under {len(POLICIES)} policies, "
+                  "the last two drawn at random for this kernel session")
 
 
 # -- exercise 2 -----------------------------------------------------------------------------------
@@ -140,7 +147,8 @@ def normalise(x):
 BATCH_DOMAIN = (2, 64)  # exercise 2's promise: every batch size from 2 to 64, bounds included
 
 
-def check_annotate(annotate: Callable, batch_range: Sequence[int] = range(2, 65), seed: int = 0) -> tuple[bool, str]:
+def check_annotate(annotate: Callable, batch_range: Sequence[int] = range(2, 65), seed: int | None = None
+                   ) -> tuple[bool, str]:
     """Exercise 2: every batch size of ``batch_range`` and both bounds of the promised domain
     (``BATCH_DOMAIN``), edges first: one order starts at the bottom, one at the top, each with a
     feature count of its own; the annotation runs inspected, with global settings watched."""
@@ -148,7 +156,7 @@ def check_annotate(annotate: Callable, batch_range: Sequence[int] = range(2, 65)
 
     if flipped := flipped_feedback():
         return False, flipped
-    rng = random.Random(seed)
+    rng = _rng(seed, "01-2")
     low, high = BATCH_DOMAIN
     middle = sorted(set(batch_range) - {low, high})
     orders = []
@@ -169,7 +177,7 @@ def check_annotate(annotate: Callable, batch_range: Sequence[int] = range(2, 65)
                 try:
                     out = obs(marked)
                 except ExperimentError as e:
-                    return False, f"batch {x.shape[0]} with {features} features: {e}"
+                    return False, f"batch {x.shape[0]} with {features} features: {torch_error_words(e) or e}"
                 if out.shape != x.shape or not torch.allclose(out, normalise(x), atol=1e-4):
                     return False, f"batch {x.shape[0]}: annotate changed the values; it should only mark the tensor"
         rec = obs.record
@@ -261,8 +269,8 @@ def check_guard_fix(failed_guard, serve_project, served) -> tuple[bool, str]:
         except AnswerRefused as e:
             return False, str(e)
         except Exception as e:  # the learner's code or a refused mark: feedback, not a traceback
-            said = (str(e).strip().splitlines() or [""])[0][:200]
-            return False, f"on {name}, serving raised {type(e).__name__}: {said}"
+            said = torch_error_words(e) or f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+            return False, f"on {name}, serving failed: {said}"
         if log.settings:
             return False, (f"on {name}, a global setting was changed while compiling ({'; '.join(log.settings)}): "
                            "put the fix on the tensor or in the torch.compile call")
@@ -355,7 +363,7 @@ def _quiet_guard_log():
 LOADER_DOMAIN = (2, 64)  # exercise 5's promise: the loader's batches have 2 to 64 rows
 
 
-def check_loader_mark(loader_mark: Callable, seed: int = 0) -> tuple[bool, str]:
+def check_loader_mark(loader_mark: Callable, seed: int | None = None) -> tuple[bool, str]:
     """Exercise 5: a positional model must compile, and so must a model that branches on the batch
     size; a free model must get one graph with a symbolic batch over the loader's domain, edges first
     (the positional model's 16, then both bounds)."""
@@ -363,7 +371,7 @@ def check_loader_mark(loader_mark: Callable, seed: int = 0) -> tuple[bool, str]:
         return False, "loader_mark is not a function yet"
     if flipped := flipped_feedback():
         return False, flipped
-    rng = random.Random(seed)
+    rng = _rng(seed, "01-5")
     features = rng.choice([6, 8, 10])
     table = torch.randn(16, features)
 
@@ -390,8 +398,8 @@ def check_loader_mark(loader_mark: Callable, seed: int = 0) -> tuple[bool, str]:
             except Exception as e:
                 lines = str(e).strip().splitlines() or [""]
                 said = next((ln for ln in lines if "You marked" in ln), lines[0]).strip(" -").split(". If you")[0]
-                return False, (f"the model with a 16-row position table does not compile with your mark: "
-                               f"{type(e).__name__}: {said[:200]}")
+                return False, ("the model with a 16-row position table does not compile with your mark: "
+                               + (torch_error_words(e) or f"{type(e).__name__}: {said[:200]}"))
             # a model that picks a path by the batch size guards on it: a mark must let it compile whole too
             compiled = torch.compile(branching, backend="eager", fullgraph=True)
             for b in (16, LOADER_DOMAIN[0], LOADER_DOMAIN[1]):
@@ -400,16 +408,16 @@ def check_loader_mark(loader_mark: Callable, seed: int = 0) -> tuple[bool, str]:
                 except AnswerRefused:
                     raise
                 except Exception as e:
-                    said = (str(e).strip().splitlines() or [""])[0][:160]
-                    return False, (f"a model that branches on the batch size fails with your mark at batch {b}: "
-                                   f"{type(e).__name__}: {said}. Which mark forbids every guard on the size?")
+                    said = torch_error_words(e) or (f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]}"
+                                                    ". Which mark forbids every guard on the size?")
+                    return False, f"a model that branches on the batch size fails with your mark at batch {b}: {said}"
         seen: list = []
 
         def counting(gm, example_inputs):
             seen.append(any(isinstance(t, torch.SymInt) for t in example_inputs))  # a symbol is passed in as an input
             return gm.forward
 
-        batches = [16, LOADER_DOMAIN[0], LOADER_DOMAIN[1]] + rng.sample([3, 4, 6, 12, 24, 32, 48], 2)
+        batches = [16, LOADER_DOMAIN[0], LOADER_DOMAIN[1]] + rng.sample(range(3, LOADER_DOMAIN[1]), 2)
         with isolated():
             compiled = torch.compile(free, backend=counting)
             for b in batches:

@@ -26,7 +26,7 @@ from ..instruments.timing import Timing, cpu_threads
 from ..instruments.traffic import request_lengths
 from ..labkit.answers import (AnswerRefused, _frames_compiled, answering, call_answer, course_calls, flipped_feedback,
                               inspect_answer, no_compiling, refuse_if, watch_settings)
-from ..labkit.checks import unanswered
+from ..labkit.checks import case_rng, unanswered
 from ..instruments.logs import quiet_dynamo_stderr
 from .l03_limit import FIXES, fix_policy, make_model
 
@@ -163,7 +163,9 @@ def _hidden_records(seed: int, requests: int) -> tuple[tuple[str, str, Record], 
     out = []
     for i, cause in enumerate(sorted(MYSTERY_CAUSES)):
         svc = MysteryService(10_000 + 7 * seed + i, width=8, _cause=cause)
-        out.append(("production", cause, svc.replay(svc.traffic(requests, seed=seed + 3))))
+        traffic = svc.traffic(requests, seed=seed + 3)
+        # the first request again, last: a service that fell back still runs its first graph for it
+        out.append(("production", cause, svc.replay(traffic + traffic[:1])))
     cause = random.Random(f"staging-{seed}").choice(sorted(MYSTERY_CAUSES))
     svc = MysteryService(20_000 + seed, width=8, _cause=cause)
     out.append(("staging", cause, svc.replay(svc.staging_traffic(requests // 2, seed=seed))))
@@ -174,7 +176,12 @@ def _hidden_records(seed: int, requests: int) -> tuple[tuple[str, str, Record], 
     return tuple(out)
 
 
-def check_diagnosis(diagnose, *, seed: int = 0, requests: int = 20) -> tuple[bool, str]:
+def _seed(seed: int | None, name: str) -> int:
+    """The seed of a check's hidden cases: the session's (``case_rng``) unless a test fixes it."""
+    return case_rng(name).randrange(10 ** 6) if seed is None else seed
+
+
+def check_diagnosis(diagnose, *, seed: int | None = None, requests: int = 20) -> tuple[bool, str]:
     """Exercise check: ``diagnose(record) -> (fell_back, cause)`` must be right on hidden services:
     one per cause under production traffic, and one under staging traffic that never falls back."""
     if unanswered(diagnose):
@@ -183,7 +190,7 @@ def check_diagnosis(diagnose, *, seed: int = 0, requests: int = 20) -> tuple[boo
         return False, f"diagnose must be a function of one record, got {type(diagnose).__name__}"
     if flipped := flipped_feedback():
         return False, flipped
-    for kind, cause, rec in _hidden_records(seed, requests):
+    for kind, cause, rec in _hidden_records(_seed(seed, "03-1"), requests):
         try:
             answer = call_answer(diagnose, copy.deepcopy(rec), handed=(Record, CompileEvent, CallRecord))
         except AnswerRefused as e:
@@ -232,12 +239,14 @@ def _measured_fallbacks(warm: tuple, lengths: tuple, limit: int) -> int:
 def _count_cases(seed: int) -> list[tuple[str, list[int], list[int], int]]:
     """Hidden cases over the domain (a warm-up list, a traffic list, any limit of 1 or more), edges
     first: lengths that come back, a warm-up with graphs of its own, a warm-up that repeats a length,
-    a warm-up with more lengths than the limit, a limit of 1, no traffic at all, then a random case."""
+    a warm-up with more lengths than the limit, a limit of 1, no traffic at all, then a random case; the graphs go to the
+    first lengths to arrive, so one case sends a long length first."""
     rng = random.Random(f"count-{seed}")
     limit = rng.randint(3, 6)
     drawn = [rng.randint(2, 24) for _ in range(14)]
     return [
         ("a case where lengths compiled before the limit come back after it", [], [5, 6, 7, 8, 5, 9, 8, 6, 7], 3),
+        ("a case where a long length arrives before shorter ones", [], [9, 3, 9, 4, 3, 5], 2),
         ("a case whose warm-up took graphs of its own", [10, 11], [12, 13, 10, 14, 12, 15], 4),
         ("a case with fewer distinct lengths than the limit", [3], [4, 5, 3, 4, 5], 5),
         ("a case whose warm-up repeats a length", [7, 7, 9], [9, 10, 11, 7, 12, 10], 4),
@@ -248,7 +257,7 @@ def _count_cases(seed: int) -> list[tuple[str, list[int], list[int], int]]:
     ]
 
 
-def check_count(count_fallbacks, *, seed: int = 0) -> tuple[bool, str]:
+def check_count(count_fallbacks, *, seed: int | None = None) -> tuple[bool, str]:
     """Exercise check: ``count_fallbacks(warm, lengths, limit)`` must equal what a replay measures
     on hidden cases, and must not compile anything itself (``torch.compile`` is watched while it runs)."""
     if unanswered(count_fallbacks):
@@ -257,7 +266,7 @@ def check_count(count_fallbacks, *, seed: int = 0) -> tuple[bool, str]:
         return False, f"count_fallbacks must be a function, got {type(count_fallbacks).__name__}"
     if flipped := flipped_feedback():
         return False, flipped
-    cases = _count_cases(seed)
+    cases = _count_cases(_seed(seed, "03-2"))
     truth = [_measured_fallbacks(tuple(w), tuple(ls), k) for _, w, ls, k in cases]  # measured before the answer runs
     try:
         with answering(count_fallbacks):
@@ -287,7 +296,7 @@ def _graphs() -> int:
 # Exercise 3: fix the service
 # ---------------------------------------------------------------------------------------------
 
-def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int = 1, max_compiles: int = 6,
+def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int | None = None, max_compiles: int = 6,
               slowdown: float = 2.0) -> tuple[bool, str]:
     """Exercise check: serve a fresh traffic sample, and requests over the whole domain, edges first, through
     ``adapter`` and demand no global setting changed, no fall-back, every request on a compiled graph,
@@ -304,8 +313,9 @@ def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int
         refuse_if(inspect_answer(adapter, allow=handed))
     except AnswerRefused as e:
         return False, str(e)
-    sample = service.traffic(requests, seed=seed)
-    traffic = sample + _domain(sample, service)
+    rng = case_rng("03-3")
+    sample = service.traffic(requests, seed=rng.randrange(10 ** 6) if seed is None else seed)
+    traffic = sample + _domain(sample, service, rng)
 
     def judged(request):  # each call watched: the replay's own isolation would hide a changed setting
         frames = _frames_compiled()
@@ -331,15 +341,18 @@ def check_fix(service: MysteryService, adapter, *, requests: int = 60, seed: int
         first = (str(err).strip().splitlines() or [""])[0][:150]
         return False, f"serving through your adapter raised {type(err).__name__}: {first}"
     requests = len(traffic)
-    wrong = 0
+    wrong = []
     for r, out in zip(traffic, fixed.outputs):  # type: ignore[attr-defined]
         ref = service.reference(r)
         if out.dim() != 3 or out.shape[0] < r.batch or out.shape[1] < r.length:
             return False, f"for {r} the output has shape {tuple(out.shape)}, smaller than the request"
         if not torch.allclose(out[: r.batch, : r.length].float(), ref.float(), atol=1e-4, rtol=1e-3):
-            wrong += 1
+            wrong.append(r)
     if wrong:
-        return False, f"wrong answers: {wrong} of {requests} requests differ from the model's own output"
+        rounded = all(r.temperature != round(r.temperature, 2) for r in wrong) and "temperature" in _varying(traffic)
+        return False, (f"wrong answers: {len(wrong)} of {requests} requests differ from the model's own output"
+                       + (": each of them has a temperature with more than two decimals; the model must get the "
+                          "temperature as it was sent, not rounded" if rounded else ""))
     if fixed.fell_back:
         return False, (f"still falls back: {len(fixed.fell_back)} of {requests} fresh requests ran eagerly after "
                        f"{fixed.count} compiles")
@@ -445,18 +458,22 @@ def _unfixed_replay(service: MysteryService, traffic: tuple) -> Record:
     return service.replay(traffic)
 
 
-def _domain(traffic: Sequence[Request], service: MysteryService) -> list[Request]:
+def _domain(traffic: Sequence[Request], service: MysteryService, rng: random.Random | None = None) -> list[Request]:
     """Requests over the whole domain of whichever field varies in ``traffic`` (read from the traffic,
     not from the service's hidden cause), edges first: the smallest and the largest value, then every
     length up to 8 and each multiple of 16 with the length after it (so every bucket of 16 or more
-    lengths, and every power of two, gets a request), every batch, or temperatures from 0.5 to 1.5 in
-    steps of 0.05. A fix must hold for every request the service can get, not for one sample's sizes."""
+    lengths, and every power of two, gets a request), every batch, or temperatures from 0.5 to 1.5: first
+    ones with many decimals (a fix that rounds them changes the answer), then steps of 0.05 and values drawn
+    from ``rng`` at full precision. A fix must hold for every request the service can get, not for one
+    sample's values."""
+    rng = rng or random.Random(0)
     base = traffic[0]
     varies = _varying(traffic)
     lengths = sorted({*range(1, 9), *(n for m in range(16, service.max_len + 1, 16) for n in (m, m + 1))}
                      & set(range(1, service.max_len + 1)))
     sweep = {"length": lengths, "batch": list(range(1, service.max_batch + 1)),
-             "temperature": [round(0.5 + 0.05 * i, 2) for i in range(21)]}
+             "temperature": [0.5, 0.5 + 1 / 3, 1 / math.sqrt(2), 1.0 + math.pi / 100, 1.2345678]
+             + [round(0.5 + 0.05 * i, 2) for i in range(1, 20)] + [rng.uniform(0.5, 1.5) for _ in range(4)] + [1.5]}
     out = []
     for f in varies:
         values = sweep[f]
@@ -539,7 +556,7 @@ def _course_called(called: list[str]) -> str | None:
             if called else None)
 
 
-def check_strict_runner(run_strictly, *, seed: int = 0) -> tuple[bool, str]:
+def check_strict_runner(run_strictly, *, seed: int | None = None) -> tuple[bool, str]:
     """Exercise check: ``run_strictly(fn, inputs)`` on fresh functions under a hidden limit must
     compile one graph per shape while under the limit and not raise; past it, raise torch's
     recompile-limit error at the first call that would need one graph too many, and only there;
@@ -554,7 +571,7 @@ def check_strict_runner(run_strictly, *, seed: int = 0) -> tuple[bool, str]:
         refuse_if(inspect_answer(run_strictly))
     except AnswerRefused as e:
         return False, str(e)
-    rng = random.Random(f"strict-{seed}")
+    rng = random.Random(f"strict-{_seed(seed, '03-4')}")
     limit = rng.randint(3, 6)
     width = rng.randint(2, 5)
     exc_type = compat.recompile_limit_exception()
@@ -683,7 +700,7 @@ def _broken_goals(pattern: Pattern, rep) -> list[str]:
 def check_choices(choices) -> tuple[bool, str]:
     """Exercise check: ``choices`` maps each pattern to ``(fix, graphs)``: a key of ``FIXES`` and the
     number of graphs that fix compiles on the pattern's shown traffic (which the check re-measures).
-    The fix must then meet the pattern's goals on a fresh sample of its traffic too."""
+    The fix must then meet the pattern's goals on a second sample of its traffic (fixed, not shown) too."""
     if unanswered(choices):
         return False, "set choices = {'A': (fix, graphs), 'B': ..., 'C': ...}"
     if flipped := flipped_feedback():
@@ -707,9 +724,9 @@ def check_choices(choices) -> tuple[bool, str]:
             return False, (f"{p}: your graph count for {fix!r} is not what a replay of {p}'s traffic measures: "
                            "measure it (serve_pattern) before you choose")
         problems = _broken_goals(pattern, shown)
-        problems += [f"on a fresh sample of {p}'s traffic, {q}"
+        problems += [f"on a second sample of {p}'s traffic, one the lab does not show, {q}"
                      for q in _broken_goals(pattern, serve_pattern(pattern.hidden, fix, pattern.max_len))
                      if q not in problems]
         if problems:
             return False, f"{p}: {fix!r} breaks a goal: " + "; ".join(problems)
-    return True, "each fix meets its pattern's goals, on the traffic shown and on a fresh sample"
+    return True, "each fix meets its pattern's goals, on the traffic shown and on a second sample the lab does not show"

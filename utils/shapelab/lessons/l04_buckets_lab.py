@@ -40,6 +40,7 @@ from ..instruments import compat
 from ..instruments.bucketing import check_bucket_set, expected_waste, optimal_buckets
 from ..instruments.traffic import request_lengths
 from ..labkit.answers import course_calls, flipped_feedback, one_thread, shortcut_feedback, watch_settings
+from ..labkit.checks import case_rng
 
 Policy = namedtuple("Policy", "name graphs compile_s per_request_s")
 Policy.__doc__ = "A serving policy as the lab hands it over: graphs, seconds per compile, seconds per request."
@@ -107,7 +108,7 @@ def pow2_cases(rng: random.Random | None = None) -> list[tuple[int, int]]:
     arithmetic rounds: 2^49 and up); then drawn ones, small and (by hypothesis) over the whole range."""
     from hypothesis import strategies as st
 
-    rng = rng or random.Random()
+    rng = rng or case_rng("04-1")
     fixed = [(1, 1), (2, 2), (16, 16), (17, 16), (64, 1), (1024, 16), (100, 8), (65, 64), (3, 2), (1 << 20, 4),
              ((1 << 21) + 3, 1), (L_MAX, 1), ((1 << 62) + 1, 1 << 40)]
     drawn = []
@@ -157,7 +158,7 @@ def multiple_cases(rng: random.Random | None = None) -> list[tuple[int, int]]:
     and (by hypothesis) over the whole range."""
     from hypothesis import strategies as st
 
-    rng = rng or random.Random()
+    rng = rng or case_rng("04-2")
     fixed = [(1, 1), (1, 17), (7, 7), (8, 9), (50, 30), (8, 64), (128, 1000), (128, 1024), (1000, 1 << 20),
              (1, L_MAX), (3, (1 << 62) + 5), ((1 << 31) + 11, L_MAX)]
     drawn = [(rng.randint(2, 300), rng.randint(2, 2500)) for _ in range(2)]
@@ -256,7 +257,7 @@ def check_masked_mean(fn: Callable, max_len: int = 32, *, features: int = 3, see
         return False, why
     if (flipped := flipped_feedback("the check of your masked_mean")):
         return False, flipped
-    rng = random.Random(seed)
+    rng = case_rng("04-3") if seed is None else random.Random(seed)
     gen = torch.Generator().manual_seed(rng.randrange(2 ** 31))
     first = masked_batch(masked_batch_specs(random.Random(0), 4, features)[1], torch.Generator())[:2]
     with torch.no_grad(), course_calls() as called:  # once eagerly: compiled, the answer's calls are traced, not seen
@@ -318,7 +319,7 @@ def bucket_samples(rng: random.Random | None = None) -> list[tuple[list[int], in
     """Hidden traffic samples ``(lengths, L, budget, description)``, edges first: a budget of 1; one
     length only (the budget larger than the lengths); every request at L; a budget larger than the
     distinct lengths; no request at L; then drawn traffic."""
-    rng = rng or random.Random()
+    rng = rng or case_rng("04-4")
     out = [([rng.randint(1, 60) for _ in range(40)], 64, 1, "40 requests, L = 64, a budget of 1"),
            ([17] * 30, 64, 8, "30 requests all of one length, L = 64, a budget of 8"),
            ([50] * 12, 50, 3, "12 requests all at L = 50, a budget of 3"),
@@ -381,7 +382,7 @@ class SlowFirstCall:
     how long each call really took (``seconds``). Its cost is known only by calling it, with the arguments it was
     handed over with (``expects``): like a compiled model, it refuses other arguments."""
 
-    SLOWER = {1: 3.0}  # call index -> factor; besides, every 7th call is interrupted (4x)
+    SLOWER = {1: 5.0}  # call index -> factor; besides, every 7th call is interrupted (10x)
 
     def __init__(self, first_s: float, each_s: float, expects: tuple = ()):
         self._first, self._each, self._expects = first_s, each_s, expects
@@ -393,7 +394,7 @@ class SlowFirstCall:
                             f"got {len(args)} other(s)")
         i = len(self.seconds)
         start = time.perf_counter()
-        time.sleep(self._first if i == 0 else self._each * self.SLOWER.get(i, 4.0 if i % 7 == 0 else 1.0))
+        time.sleep(self._first if i == 0 else self._each * self.SLOWER.get(i, 10.0 if i % 7 == 0 else 1.0))
         self.seconds.append(time.perf_counter() - start)
         return args[0] if args else None
 
@@ -403,6 +404,10 @@ class SlowFirstCall:
 # workload of another cost
 TIMER_WORKLOADS = ((0.4, 0.002), (0.25, 0.012))
 REPEATS = 5  # the warm calls a timer must make, at least, besides the first: a median needs repeats
+# how far above the median of its own warm calls a timer's answer may be: a mean of warm calls that holds one of the
+# workload's slow calls (the 5x one right after the compile, a 10x one in every seven) is 1.69x it or more; the
+# median stays within 1.5x even on a loaded machine, where a preempted timer adds time to some samples
+MEDIAN_TOLERANCE = 1.5
 
 
 def _near(a: float, b: float, factor: float = 1.6) -> bool:
@@ -433,9 +438,10 @@ def _timer_mistake(got: float, calls: list[float]) -> str | None:
     if len(warm) < REPEATS:
         return (f"your timer made {len(warm)} warm call(s): one timed call is one sample, and warm calls vary. "
                 f"Repeat the warm call ({REPEATS} times or more) and take the median")
-    if got > truth * 2:
-        return ("on a hidden workload your timing is far above what a typical warm call costs: leave out the calls "
-                "right after the compile, or take the median rather than the mean of a few")
+    if got > truth * MEDIAN_TOLERANCE:
+        return ("on a hidden workload your timing is above the median of the warm calls you made: a mean (a total "
+                "divided by the calls) lets the slow ones, right after the compile or interrupted, pull it up; take "
+                "the median of the warm calls")
     if got < 0.8 * min(warm):  # below the fastest call it made: no honest timing of the call is
         return "on a hidden workload your timing is far below what one call costs: does it time the call itself?"
     return None
@@ -450,7 +456,7 @@ def check_per_request_seconds(timer: Callable, workloads: Sequence[tuple[float, 
         return False, why
     args = (torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
     answers = []
-    for first_s, each_s in random.sample(list(workloads), len(workloads)):
+    for first_s, each_s in case_rng("04-5a").sample(list(workloads), len(workloads)):
         workload = SlowFirstCall(first_s, each_s, args)
         try:
             with course_calls(allow=(workload,)) as called:
@@ -477,8 +483,8 @@ def check_per_request_seconds(timer: Callable, workloads: Sequence[tuple[float, 
 def policy_scenarios(base: Sequence[Policy], rng: random.Random | None = None) -> list[tuple[list[Policy], int]]:
     """The lab's policies with compiles 1x, 10x and 1000x dearer, and hidden variants with per-request
     times shuffled by up to 2x, each for 0 to 10^9 requests."""
-    rng = rng or random.Random()
-    out = []
+    rng = rng or case_rng("04-5b")
+    out = [_near_tie(base)]
     variants = [[Policy(p.name, p.graphs, p.compile_s * s, p.per_request_s) for p in base] for s in (1, 10, 1000)]
     variants += [[Policy(p.name, p.graphs, p.compile_s * rng.uniform(0.5, 20), p.per_request_s * rng.uniform(0.5, 2))
                   for p in base] for _ in range(3)]
@@ -486,6 +492,14 @@ def policy_scenarios(base: Sequence[Policy], rng: random.Random | None = None) -
         for requests in [0] + [10 ** e for e in range(10)]:
             out.append((v, requests))
     return out
+
+
+def _near_tie(base: Sequence[Policy], requests: int = 1000) -> tuple[list[Policy], int]:
+    """A scenario where the cheapest policy beats the next by two parts in a hundred million (24.9999995 s against
+    25 s): within what float32 can tell apart, so totals summed in float32 tie and the first, dearer one is chosen."""
+    names = [p.name for p in base]
+    out = [Policy(names[0], 1, 24.0, 1e-3), Policy(names[1], 1, 24.0 - 5e-7, 1e-3)]
+    return out + [Policy(n, 2, 24.0, 1e-3) for n in names[2:]], requests
 
 
 def _total(p: Policy, requests: int) -> float:
@@ -523,6 +537,9 @@ def check_choose_policy(choose: Callable, base: Sequence[Policy]) -> tuple[bool,
                            "requests cost (graphs x compile + requests x per request)")
         best = min(_total(p, requests) for p in scenario)
         if _total(by_name[name], requests) > best * (1 + 1e-9) + 1e-12:
+            close = _total(by_name[name], requests) < best * (1 + 1e-6)
             return False, (f"with {requests:,} requests (compiles of {scenario[0].compile_s:.3g} s and more) '{name}' "
-                           "is not the cheapest: another policy costs less in total")
+                           "is not the cheapest: another policy costs less in total"
+                           + (", by a few parts in a hundred million, less than float32 can tell apart: compute the "
+                              "totals in Python floats (or float64)" if close else ""))
     return True, f"the cheapest policy and its cost in all {len(scenarios)} scenarios"

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from ..instruments.observe import ExperimentError
 from ..labkit.answers import course_calls, flipped_feedback, one_thread, shortcut_feedback, watch_settings
-from ..labkit.checks import unanswered
+from ..labkit.checks import case_rng, unanswered
 from .l05_data_dependent import observe_run, unbacked_ranges
 
 # --- the references, and how the checks notice a learner calling them ---------------------------------
@@ -150,11 +150,17 @@ def _normalise_kept(x, scores, t):
 
 
 def _selection_variants() -> list[tuple[str, torch.Tensor, torch.Tensor, float]]:
-    """Hidden cases over the stated domain, edges first: one row of one feature; every row passing (a
+    """Hidden cases over the stated domain, edges first: one row of one feature; a kept row of norm about 1e-18
+    (an epsilon added to the norm, or a clamp at one, as in ``F.normalize``, changes it); every row passing (a
     threshold below every score); no row passing; a zero row that is not kept; scores exactly at t;
-    a float64 batch; then other seeds, sizes and thresholds."""
+    a float64 batch with a kept row of norm about 1e-150; then other seeds, sizes and thresholds, the last drawn
+    for this session."""
     gen = torch.Generator().manual_seed(10)
+    tiny = torch.randn(6, 4, generator=gen)
+    tiny[2] *= 1e-18                      # a kept row far shorter than the rest: unit length all the same
     cases = [("one row of one feature, kept", torch.tensor([[-2.5]]), torch.tensor([0.9]), 0.5),
+             ("a kept row about 10^18 times shorter than the others", tiny, torch.tensor([0.2, 0.9, 0.9, 0.7, 0.1, 0.6]),
+              0.5),
              ("every row passes (a threshold below every score)", torch.randn(9, 3, generator=gen),
               torch.rand(9, generator=gen), -0.25),
              ("a batch where no row passes", torch.randn(12, 4, generator=gen), torch.zeros(12), 0.5)]
@@ -165,14 +171,14 @@ def _selection_variants() -> list[tuple[str, torch.Tensor, torch.Tensor, float]]
     x, scores = torch.randn(16, 4, generator=gen), torch.rand(16, generator=gen)
     scores[[2, 9]] = 0.5                  # exactly at the threshold: "passes" means strictly greater
     cases.append(("scores exactly equal to the threshold", x, scores, 0.5))
-    x, scores = torch.randn(10, 4, generator=gen), torch.rand(10, generator=gen)
-    x[6] *= 1e-4                          # a kept row far shorter than the rest: unit length all the same
-    scores[6] = 0.9
-    cases.append(("a kept row ten thousand times shorter than the others", x, scores, 0.5))
     x, scores = torch.randn(24, 5, generator=gen, dtype=torch.float64), torch.rand(24, generator=gen, dtype=torch.float64)
     x[4] = 0.0
-    cases.append(("a float64 batch", x, scores, 0.4))
-    for seed, (rows, dim), t in ((11, (64, 8), 0.5), (12, (37, 5), 0.3), (13, (128, 3), 0.75), (14, (20, 6), 0.9)):
+    x[7] *= 1e-150                        # float64 holds far shorter rows still
+    scores[7] = 0.9
+    cases.append(("a float64 batch, one kept row of it about 10^150 times shorter than the others", x, scores, 0.4))
+    rng = case_rng("05-1")
+    drawn = (rng.randrange(10 ** 6), (rng.randint(1, 300), rng.randint(1, 16)), round(rng.uniform(0.05, 0.95), 3))
+    for seed, (rows, dim), t in ((11, (64, 8), 0.5), (12, (37, 5), 0.3), (13, (128, 3), 0.75), drawn):
         gen = torch.Generator().manual_seed(seed)
         x = torch.randn(rows, dim, generator=gen) * 3 + 0.5
         scores = torch.rand(rows, generator=gen)
@@ -218,8 +224,9 @@ def check_fixed_shape(candidate: Callable) -> tuple[bool, str]:
             if "exactly" in label:
                 return False, f"case '{label}': a score equal to the threshold does not pass ('>' rather than '>=')"
             if "shorter" in label:
-                return False, (f"case '{label}': that row is not scaled to unit length (an epsilon added to its norm, "
-                               "or a clamp, changes a short row)")
+                return False, (f"case '{label}': the short row is not scaled to unit length (an epsilon added to its "
+                               "norm, or a clamp of the norm as F.normalize's eps does, changes a short row; a row "
+                               "that is not kept needs no such guard if it is never used)")
             return False, (f"case '{label}': the kept rows are not the same as normalise_kept's, row for row"
                            + _precision_hint(out[keep], ref))
     gen = torch.Generator().manual_seed(21)
@@ -231,7 +238,8 @@ def check_fixed_shape(candidate: Callable) -> tuple[bool, str]:
     if problem:
         return False, problem
     return True, (f"right on {len(_selection_variants())} hidden cases (one row, every row kept, none kept, zero rows, "
-                  "ties at the threshold, float64) and one static graph for batches with different data")
+                  "rows of norm 1e-18 and 1e-150, ties at the threshold, float64) and one static graph for batches "
+                  "with different data")
 
 
 # --- exercise 2: a promise with torch._check -----------------------------------------------------------
@@ -416,13 +424,17 @@ def _first_come_keep(expert: torch.Tensor, experts: int, cap: int) -> torch.Tens
 
 
 def _moe_variants(route):
-    """Hidden routings, edges first: one token; one expert; a float64 batch; then tight and roomy capacity."""
+    """Hidden routings, edges first: one token; one expert; a float64 batch; then tight and roomy capacity, the last
+    routing drawn for this session."""
     out = []
+    rng = case_rng("05-3")
+    drawn = (rng.randrange(10 ** 6), (rng.randint(1, 200), rng.randint(2, 8), rng.randint(2, 6), rng.randint(1, 8)),
+             rng.choice((0.25, 0.5, 0.75, 1.0, 1.5, 4.0)), torch.float32)
     for seed, (tokens, dim, hidden, experts), factor, dtype in (
             (40, (1, 4, 3, 4), 1.0, torch.float32), (46, (12, 4, 3, 1), 0.5, torch.float32),
             (47, (30, 5, 4, 3), 0.75, torch.float64),
             (41, (96, 6, 5, 4), 0.75, torch.float32), (42, (64, 5, 3, 8), 1.0, torch.float32),
-            (43, (50, 4, 4, 3), 0.5, torch.float32), (44, (80, 6, 5, 4), 4.0, torch.float32)):
+            (43, (50, 4, 4, 3), 0.5, torch.float32), (44, (80, 6, 5, 4), 4.0, torch.float32), drawn):
         gen = torch.Generator().manual_seed(seed)
         gate_w = (torch.randn(dim, experts, generator=gen) * 1.5).to(dtype)
         w = (torch.randn(experts, dim, hidden, generator=gen) / math.sqrt(dim)).to(dtype)
@@ -514,10 +526,15 @@ def _routing_variants():
     """Hidden routings, edges first: batches of unequal sizes (the mean of their shares is not the share of
     their pooled tokens, and each has its own C), a batch of one token, one batch alone in which the
     highest-numbered experts get no token (``experts`` is the layer's count, not the highest index seen + 1);
-    then equal batches."""
+    two big batches of unequal sizes (12,345 and 4,099 tokens: shares with many digits); then equal batches, and one
+    to four batches of up to 20,000 tokens drawn for this session."""
     cases = []
+    rng = case_rng("05-4")
+    drawn = (rng.randrange(10 ** 6), tuple(rng.randint(1, 20_000) for _ in range(rng.randint(1, 4))), rng.randint(2, 16),
+             round(rng.uniform(0.5, 1.5), 2))
     for seed, sizes, experts, skew in ((54, (96, 40, 7), 4, 1.2), (55, (1, 50), 3, 1.0), (56, (33,), 5, 1.5),
-                                       (51, (96,) * 3, 4, 1.0), (52, (200,) * 2, 8, 0.6), (53, (60,) * 4, 3, 1.4)):
+                                       (57, (12_345, 4_099), 8, 1.3), (51, (96,) * 3, 4, 1.0), (52, (200,) * 2, 8, 0.6),
+                                       (53, (60,) * 4, 3, 1.4), drawn):
         gen = torch.Generator().manual_seed(seed)
         probs = torch.softmax(torch.randn(experts, generator=gen) * skew, 0)
         if seed == 56:  # the two highest-numbered experts get no token: the count of experts is not what appears
@@ -568,8 +585,10 @@ def check_choose_factor(candidate: Callable, capacity: Callable) -> tuple[bool, 
                 return False, f"{where}: {factor!r} is not one of the factors offered"
             exact = _choose_factor(routes, experts, [factor], float("inf"), capacity)[1]
             if not isinstance(share, (int, float)) or abs(float(share) - exact) > 1e-6:
+                near = isinstance(share, (int, float)) and any(float(share) == round(exact, d) for d in range(1, 7))
                 return False, (f"{where}: the dropped share you report for factor {factor} is not what that factor "
-                               "drops on these batches (mean over batches of dropped / tokens, C = capacity(T, E, factor))")
+                               "drops on these batches (mean over batches of dropped / tokens, C = capacity(T, E, factor))"
+                               + ("; it is that share rounded: report it as computed, not rounded" if near else ""))
             if exact > budget:
                 return False, f"{where}: factor {factor} drops more than the budget allows"
             if factor != want[0]:

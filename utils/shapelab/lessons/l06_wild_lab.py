@@ -4,7 +4,9 @@ Each check compiles the learner's code itself (through the ``compile_fn`` it han
 loop, with a counting backend), on hidden variants (other sizes, seeds, schedules, request
 lengths and temperatures, from a fresh compile state; edges first: no short batch, fewer samples
 than a batch, a batch of one, a batch larger than the lab's, no request at all, a request of one token,
-requests longer than any the lab shows and longer than any "big enough" fixed cache up to 1024),
+requests longer than any the lab shows and longer than a "big enough" fixed cache of 2048 positions), with
+the memory ``torch.empty`` hands out filled with NaN (a cache that is never cleared is judged the same whatever
+memory held),
 counts graphs, counts every step (a step run eagerly beside the compiled function, or compiled some
 other way, is a step not compiled), notes which calls ran a compiled graph, and compares the results
 with the original code run eagerly. Fixes that stop compiling (``torch.compiler.disable``,
@@ -14,6 +16,8 @@ a shortcut (``labkit.answers.inspect_answer``) are refused. Feedback never print
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,6 +28,7 @@ from ..instruments.isolation import isolated
 from ..instruments.observe import short_reason
 from ..labkit.answers import (course_calls, flipped_feedback, one_thread, settings_flipped, shortcut_feedback,
                               watch_settings)
+from ..labkit.checks import case_rng
 from .l06_wild import Tracker
 
 # What a learner may name as a cause in exercise 1 (the labels, not the answer).
@@ -33,15 +38,28 @@ CAUSES = ("ragged last batch", "strides", "python float argument", "int attribut
 _TRAINING_DIGESTS = frozenset({"1b9cd12630f45328", "15283ea24a8d4710", "eb1613fdbffceb63"})
 
 # hidden variants, edges first: (samples, batch size, epochs, seed): no short batch at all, one short batch
-# only (fewer samples than a batch), a batch of one, a batch larger than the lab's own 32 (a loop that pads every
-# batch to the lab's size crops this one); then ragged last batches
-TRAIN_VARIANTS = ((48, 16, 2, 13), (5, 8, 2, 14), (3, 1, 1, 15), (100, 48, 1, 16), (70, 16, 2, 11), (45, 8, 2, 12))
+# only (fewer samples than a batch), a batch of one, batches larger than the lab's own 32 and than 64 and 256 (a
+# loop that pads every batch to a size of its own crops them); then a ragged last batch, and one drawn per session
+TRAIN_VARIANTS = ((48, 16, 2, 13), (5, 8, 2, 14), (3, 1, 1, 15), (600, 257, 1, 17), (70, 16, 2, 11))
 # hidden variants, edges first: (request lengths, temperatures, seed): no request at all; a request of one token
-# and requests longer than any the lab shows (past 16 and 32 positions); then mixes of short ones; last, one
-# request of 1100 tokens, past a cache of any "big enough" constant size up to 1024 (last: it costs 1100 steps,
-# paid only by answers right on everything else)
-SERVE_VARIANTS = (((), (), 20), ((1, 17, 33), (1.0, 0.6, 1.7), 23), ((5, 3, 7), (0.7, 1.0, 1.3), 21),
-                  ((4, 9), (0.5, 2.0), 22), ((1100,), (0.9,), 24))
+# and requests longer than any the lab shows (past 16 and 32 positions), temperatures with many decimals; then
+# a mix of short ones; last, one request of 2049 to 2304 tokens (drawn per session), past a "big enough" fixed
+# cache of 2048 positions (last: it costs its thousands of steps, paid only by answers right on everything else)
+SERVE_VARIANTS = (((), (), 20), ((1, 17, 33), (1.0, 0.6180339887, 1.7320508), 23),
+                  ((5, 3, 7, 4, 6), (0.7, 1.0, 1.3, 0.5, 2.0), 21), ((2100,), (0.9,), 24))
+
+
+def train_variants() -> tuple:
+    """``TRAIN_VARIANTS`` and one drawn for this session: a batch of 65 to 400 rows, more samples than one batch."""
+    rng = case_rng("06-2")
+    batch = rng.randint(65, 400)
+    return TRAIN_VARIANTS + ((rng.randint(batch + 1, 3 * batch), batch, rng.randint(1, 2), 100 + rng.randrange(1000)),)
+
+
+def serve_variants() -> tuple:
+    """``SERVE_VARIANTS`` with the long request's length drawn for this session, from 2049 to 2304 tokens."""
+    n = case_rng("06-3").randint(2049, 2304)
+    return SERVE_VARIANTS[:-1] + (((n,), (0.9,), 24),)
 
 
 def training_data(samples: int, features: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,6 +109,43 @@ class Run:
         return "; ".join(dict.fromkeys(out[:n]))
 
 
+_NAN = float("nan")
+
+
+def _filled(t: torch.Tensor) -> torch.Tensor:
+    """Fill memory that was never written with what makes a use of it show: NaN, or a large integer."""
+    if t.is_floating_point() or t.is_complex():
+        return t.fill_(_NAN)
+    if t.dtype != torch.bool:
+        return t.fill_(torch.iinfo(t.dtype).max // 3)
+    return t
+
+
+@contextlib.contextmanager
+def _uncleared_memory():
+    """While inside, ``torch.empty``, ``torch.empty_like`` and ``Tensor.new_empty`` return tensors filled with NaN
+    (integers with a large value): what such memory holds is whatever was there, and a verdict must not depend on it."""
+    saved = torch.empty, torch.empty_like, torch.Tensor.new_empty
+
+    @functools.wraps(saved[0])
+    def empty(*args, **kwargs):
+        return _filled(saved[0](*args, **kwargs))
+
+    @functools.wraps(saved[1])
+    def empty_like(*args, **kwargs):
+        return _filled(saved[1](*args, **kwargs))
+
+    @functools.wraps(saved[2])
+    def new_empty(self, *args, **kwargs):
+        return _filled(saved[2](self, *args, **kwargs))
+
+    torch.empty, torch.empty_like, torch.Tensor.new_empty = empty, empty_like, new_empty
+    try:
+        yield (empty, empty_like, new_empty)
+    finally:
+        torch.empty, torch.empty_like, torch.Tensor.new_empty = saved
+
+
 def _compiled_run(loop: Callable, *args) -> Run:
     """Call ``loop(*args, compile_fn)`` from a fresh compile state, counting what ``compile_fn`` compiled
     and every global setting the loop changed (or found changed)."""
@@ -113,7 +168,8 @@ def _compiled_run(loop: Callable, *args) -> Run:
         import logging
 
         logging.getLogger("torch._dynamo").setLevel(logging.ERROR)  # the limit warning: we report it ourselves
-        with watch_settings() as changed, course_calls(allow=(compile_fn,)) as called:
+        with _uncleared_memory() as fills, watch_settings() as changed, \
+                course_calls(allow=(compile_fn,) + fills) as called:
             run.result = loop(*args, compile_fn)
             run.stance = compat.current_stance()[0]
         run.course_called = list(called)
@@ -203,7 +259,7 @@ def check_causes(named, where: str = "training loop", digests: frozenset = _TRAI
 # --- exercise 2: the training loop ---------------------------------------------------------------------
 
 @one_thread
-def check_training(train_fixed: Callable, train_original: Callable, features: int, variants=TRAIN_VARIANTS) -> tuple[bool, str]:
+def check_training(train_fixed: Callable, train_original: Callable, features: int, variants=None) -> tuple[bool, str]:
     """Judge the learner's training loop: one static graph, every step compiled, the original's losses and model.
 
     ``train_*(X, Y, batch_size, epochs, seed, compile_fn) -> (model, losses)``. The original runs
@@ -213,6 +269,7 @@ def check_training(train_fixed: Callable, train_original: Callable, features: in
         return False, "define train_fixed(X, Y, batch_size, epochs, seed, compile_fn)"
     if (why := shortcut_feedback(train_fixed, "your training loop")):
         return False, why
+    variants = train_variants() if variants is None else variants
     for samples, batch, epochs, seed in variants:
         X, Y = training_data(samples, features, seed)
         X[-1] = 0.0  # a real sample that is all zeros (in the last batch): padding is not known by its value
@@ -241,7 +298,9 @@ def check_training(train_fixed: Callable, train_original: Callable, features: in
         diff = _first_difference(losses, ref_losses)
         if diff is not None:
             return False, (f"{where}: your loss at step {diff} differs from the original's: the fix changed what is "
-                           "trained (padded rows must weigh nothing; the schedules must stay the same)")
+                           "trained (padded rows must weigh nothing; the schedules must stay the same"
+                           + ("; batches here are larger than 64 rows: is every batch padded to the batch size the "
+                              "loop is given?" if batch > 64 else "") + ")")
         probe = torch.randn(5, features, generator=torch.Generator().manual_seed(seed + 100))
         with torch.no_grad():
             mine, theirs = model(probe), ref_model(probe)
@@ -254,7 +313,7 @@ def check_training(train_fixed: Callable, train_original: Callable, features: in
 
 @one_thread
 def check_serving(serve_fixed: Callable, serve_original: Callable, w_out: torch.Tensor, heads: int, dim: int,
-                  variants=SERVE_VARIANTS) -> tuple[bool, str]:
+                  variants=None) -> tuple[bool, str]:
     """Judge the learner's decode loop: one static graph for every token of every request, the original's outputs.
 
     ``serve_*(requests, w_out, max_len, compile_fn) -> list of (length, heads, 1, vocab) tensors``.
@@ -263,6 +322,7 @@ def check_serving(serve_fixed: Callable, serve_original: Callable, w_out: torch.
         return False, "define serve_fixed(requests, w_out, max_len, compile_fn)"
     if (why := shortcut_feedback(serve_fixed, "your serving loop")):
         return False, why
+    variants = serve_variants() if variants is None else variants
     for lengths, temps, seed in variants:
         requests = make_requests(lengths, temps, heads, dim, seed)
         max_len = max(lengths, default=16)
@@ -270,6 +330,9 @@ def check_serving(serve_fixed: Callable, serve_original: Callable, w_out: torch.
         where = f"(requests of {', '.join(map(str, lengths))} tokens)" if lengths else "(no requests at all)"
         try:
             run = _compiled_run(serve_fixed, [dict(r) for r in requests], w_out, max_len)
+        except IndexError as e:
+            return False, (f"{where}: your loop raised IndexError ({_first_line(e)}): a request is longer than your "
+                           "cache; its size must come from max_len, the longest request, not a constant")
         except Exception as e:
             return False, f"{where}: your loop raised {type(e).__name__}: {_first_line(e)}"
         if not lengths:  # nothing to decode: the answer is no outputs, with no setting changed
@@ -293,6 +356,11 @@ def check_serving(serve_fixed: Callable, serve_original: Callable, w_out: torch.
             if not isinstance(mine, torch.Tensor) or mine.shape != theirs.shape:
                 return False, f"{where}: request {i}'s output has another shape than the original's"
             if not torch.allclose(mine, theirs, rtol=1e-4, atol=1e-5):
+                if bool(mine.isnan().any()):
+                    return False, (f"{where}: request {i}'s outputs hold NaN: memory that was never written holds "
+                                   "whatever was there (the check fills what torch.empty hands out with NaN), and a "
+                                   "position not written yet still reaches the result (0 × NaN is NaN): start the "
+                                   "cache from zeros, or keep those positions out with torch.where")
                 return False, (f"{where}: request {i}'s outputs differ from the original's (masked positions must get "
                                "no attention; the temperature must still divide the logits)")
     return True, f"one static graph for every decode step, same outputs as the original, on {len(variants)} unseen traffic mixes"
@@ -322,8 +390,8 @@ def production_requests(warm, rare, seed: int) -> list[tuple[str, torch.Tensor, 
 
 @one_thread
 def check_production_call(call_in_production: Callable, warm=(6, 12), rare=(1, 32, 3), seed: int = 5) -> tuple[bool, str]:
-    """``call_in_production(compiled, x)`` must serve warm shapes compiled, every other request (other sizes,
-    dtypes, layouts) eagerly and right, never compile, raise, or change a global setting."""
+    """``call_in_production(compiled, x)`` must serve warm shapes compiled, every other request (other sizes, one of
+    them drawn for this session, dtypes, layouts) eagerly and right, never compile, raise, or change a global setting."""
     if not callable(call_in_production):
         return False, "define call_in_production(compiled, x)"
     if (why := shortcut_feedback(call_in_production, "your call_in_production")):
@@ -331,6 +399,7 @@ def check_production_call(call_in_production: Callable, warm=(6, 12), rare=(1, 3
     if (flipped := flipped_feedback("the check of your call_in_production")):
         return False, flipped
     g = torch.Generator().manual_seed(seed)
+    rare = tuple(rare) + (case_rng("06-4").choice([n for n in range(2, 65) if n not in warm and n not in rare]),)
     tracker = Tracker("eager")
     with isolated():
         import logging
