@@ -37,6 +37,8 @@ PROMPT = re.compile(r"\*\*(Predict first|Post question)\.?\*\*")
 HEADING = re.compile(r"^\s*#{1,6}\s")
 SETUP_LINE = re.compile(r"PyTorch (\S+) \| Python \S+ \| device: ([^|\n]+)")
 WIDGET = "application/vnd.jupyter.widget-view+json"
+LAB_LINK = re.compile(r"\]\(\.\./labs/")                                  # a lesson's link to its lab
+INVENTORY_LINK = re.compile(r"\[([^\]]+)\]\((inventory_\w+\.ipynb)\)")  # the inventory is taken, not read, so not on the site
 SHOW = "Show the output (predict first)"
 
 
@@ -45,6 +47,7 @@ class BookError(RuntimeError):
 
 
 def lessons(notebooks: Path = ROOT / "notebooks") -> list[Path]:
+    """The course's lessons, in order (the concept inventory's notebooks are no lessons: they stay off the web)."""
     return sorted(notebooks.glob("[0-9]*.ipynb"))
 
 
@@ -124,9 +127,19 @@ def _bench_shot(lesson: Path, shots: Path) -> Path | None:
     return found[0] if found else None
 
 
+def site_links(markdown: str) -> str:
+    """A lesson's links as the site lays the pages out: its lab under labs/, the inventory as a path to take it."""
+    markdown = LAB_LINK.sub("](labs/", markdown)
+    return INVENTORY_LINK.sub(lambda m: f"{m[1]} (`notebooks/{m[2]}`, taken in JupyterLab)", markdown)
+
+
 def lesson_page(executed: Path, lesson: Path, shots: Path, images: Path, commit: str):
+    """A lesson's page: its executed copy with its provenance line, prompts' outputs folded, the bench a picture."""
     nb = nbformat.read(executed, as_version=4)
     nb.cells.insert(1, nbformat.v4.new_markdown_cell(provenance(nb, commit)))
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = site_links(cell.source)
     fold_prompts(nb)
     bench_pictures(nb, lesson, shots, images)
     for cell in nb.cells:  # a widget output left anywhere would render as "Loading widget..."
@@ -137,6 +150,7 @@ def lesson_page(executed: Path, lesson: Path, shots: Path, images: Path, commit:
 
 
 def lab_page(lab: Path):
+    """A lab's page: the generated lab (stubs and hints), with a line on where its checks run."""
     nb = nbformat.read(lab, as_version=4)
     title = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), 0)
     nb.cells.insert(title + 1, nbformat.v4.new_markdown_cell(
@@ -157,6 +171,7 @@ def landing(readme: str) -> str:
 
 
 def head_commit() -> str:
+    """This checkout's commit (short), or "unknown" outside a git checkout."""
     try:
         return subprocess.run(["git", "rev-parse", "--short=8", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -181,18 +196,23 @@ html_context = {{"default_mode": "light"}}
 html_show_sourcelink = False
 html_show_sphinx = False
 html_favicon = "favicon.svg"  # without one, every page load logs a 404 for /favicon.ico
+html_static_path = ["_static"]
+html_css_files = ["course.css"]
 """
 
 
+# Long inline code (torch.fx.experimental._config.use_duck_shape = False) wraps on a phone instead of widening the page.
+CSS = "code.literal, code.literal span.pre { white-space: normal; overflow-wrap: anywhere; }\n"
 FAVICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" '
            'fill="#ee4c2c"/><path d="M4 12V4h3v5h5v3z" fill="#fff"/></svg>')
 
 
 def toctree(caption: str, pages: list[str]) -> str:
+    """A hidden MyST toctree: the sidebar's part ``caption`` with ``pages`` in order."""
     return "\n```{toctree}\n:caption: " + caption + "\n:hidden:\n\n" + "\n".join(pages) + "\n```\n"
 
 
-def build(executed: Path, shots: Path, out: Path, quiet: bool = True) -> Path:
+def build(executed: Path, shots: Path, out: Path) -> Path:
     """Write the book's sources to ``out/src``, build them, and return the site's folder (``out/_build/html``)."""
     src, site = out / "src", out / "_build" / "html"
     shutil.rmtree(out, ignore_errors=True)
@@ -220,18 +240,20 @@ def build(executed: Path, shots: Path, out: Path, quiet: bool = True) -> Path:
                                   + toctree("For instructors", ["instructor"]))
     (src / "conf.py").write_text(CONF.format(show=SHOW))
     (src / "favicon.svg").write_text(FAVICON)
+    (src / "_static").mkdir()
+    (src / "_static" / "course.css").write_text(CSS)
     run = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-j", "2", str(src), str(site)],
                          capture_output=True, text=True)
     if run.returncode != 0:
         raise BookError(f"the Sphinx build failed:\n{(run.stdout + run.stderr)[-3000:]}")
     warnings = [l for l in (run.stdout + run.stderr).splitlines() if "WARNING" in l or "ERROR" in l]
-    (out / "warnings.txt").write_text("\n".join(warnings))
-    if not quiet and warnings:
-        print("\n".join(warnings))
+    if warnings:  # each is something broken on a page: a link to nowhere, a cell Sphinx could not render
+        raise BookError(f"the Sphinx build warned {len(warnings)} time(s):\n" + "\n".join(warnings[:20]))
     return site
 
 
 def main(argv=None) -> int:
+    """The command: build the edition; 1 with one line on what is missing or failed."""
     ap = argparse.ArgumentParser(prog="python -m shapelab.tools.book", description=__doc__.split("\n\n")[0])
     ap.add_argument("--executed", type=Path, default=ROOT / "test-artifacts" / "executed",
                     help="the executed copies of a run (default: the test run's, test-artifacts/executed)")
@@ -240,11 +262,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "book", help="where the book goes (default: build/book)")
     args = ap.parse_args(argv)
     try:
-        site = build(args.executed, args.shots, args.out, quiet=False)
+        site = build(args.executed, args.shots, args.out)
     except BookError as e:
         print(f"book: {e}", file=sys.stderr)
         return 1
-    print(f"the web edition: {site / 'index.html'} (warnings, if any: {args.out / 'warnings.txt'})")
+    print(f"the web edition: {site / 'index.html'}")
     return 0
 
 
