@@ -316,8 +316,8 @@ def test_lesson_types_the_subject_and_states_no_run_figure_as_fixed_text():
     for fixed in ("11 graphs", "three largest", "exactly 8", "hundreds of thousands", "127 tokens", "511"):
         assert fixed not in prose, fixed
     assert "n == 37" not in prose
-    selfcheck = next(c.source for c in cells if c.cell_type == "markdown" and c.source.startswith("## Self-check"))
-    assert "Under `dynamic=False` every int is a constant" in selfcheck and "becomes a symbol" in selfcheck
+    question = next(c.source for c in cells if c.cell_type == "markdown" and "compiles once per request length" in c.source)
+    assert "Under `dynamic=False` every int is a constant" in question and "becomes a symbol" in question
 
 
 def test_each_prediction_prompt_comes_before_its_experiment():

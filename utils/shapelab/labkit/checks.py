@@ -78,6 +78,7 @@ class Checker:
         self.results: list[Result] = []  # the latest result of each exercise, in first-seen order
         self.history: dict[str, list[bool]] = {}  # every attempt of each exercise, in order
         self._drew: bool | None = None  # whether the check ``run`` is reporting drew cases at random
+        self._draws_seen = _DRAWS[0]    # for a direct ``check``: draws since the last report are its own
 
     def check(self, name: str, passed: bool, message: str) -> bool:
         """Report one exercise. ``message`` says what is wrong (or, on success, what was shown)."""
@@ -92,7 +93,8 @@ class Checker:
         if path:
             with open(path, "a") as fh:
                 fh.write(json.dumps({"lab": self.lab, "name": name, "passed": result.passed}) + "\n")
-        drew, self._drew = self._drew is not False, None
+        drew = self._drew if self._drew is not None else _DRAWS[0] != self._draws_seen
+        self._drew, self._draws_seen = None, _DRAWS[0]
         seed = ("" if not drew else f"\n   (hidden cases: seed {case_seed()})" if passed else f"\n   {seed_note()}")
         print(f"{'✅' if passed else '❌'} {name}: {message}{seed}")
         room_client.record_check(self.lab, name, result.passed, len(self.history[name]))  # only inside a room

@@ -23,6 +23,7 @@ ROUNDS = 6   # bcrypt's cost: a random code needs no slow hash, and 40 names sta
 
 
 def new_code() -> str:
+    """A fresh login code: ``LENGTH`` characters of ``ALPHABET`` from the system's secure random source."""
     return "".join(secrets.choice(ALPHABET) for _ in range(LENGTH))
 
 
