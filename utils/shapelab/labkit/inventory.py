@@ -521,26 +521,26 @@ _PAIRS: list[tuple[str, str, dict, dict]] = [
         case="""
         def f(x):
             y = x * 3
-            return y[y > 1].sum() + y[y < 0].sum()
+            return y[y > 1].sum() + y[y < 0].sum() + y[y > 2].sum()
         e = torch._dynamo.explain(f)(torch.randn(16))""",
         question="What are `e.graph_count` and `e.graph_break_count`?",
         answer="(e.graph_count, e.graph_break_count)",
         options=[((1, 0), "1 graph, 0 breaks", ONE_GRAPH_BREAK),
                  ((2, 1), "2 graphs, 1 break", "expects the first break to end what Dynamo compiles; it resumes "
-                  "after each break, so a second data-dependent index breaks again"),
-                 ((3, 2), "3 graphs, 2 breaks", None),
-                 ((2, 2), "2 graphs, 2 breaks", BREAK_NO_AFTER)]), dict(
+                  "after each break, so every later data-dependent index breaks again"),
+                 ((4, 3), "4 graphs, 3 breaks", None),
+                 ((3, 3), "3 graphs, 3 breaks", BREAK_NO_AFTER)]), dict(
         case="""
         def g(x):
             z = x.exp()
-            return z[z < 2].mean() - z[z > 3].mean()
+            return z[z < 2].mean() - z[z > 3].mean() * z[z > 1].sum()
         e = torch._dynamo.explain(g)(torch.randn(32))""",
         question="What are `e.graph_count` and `e.graph_break_count`?",
         answer="(e.graph_count, e.graph_break_count)",
-        options=[((2, 2), "2 graphs, 2 breaks", BREAK_NO_AFTER),
-                 ((3, 2), "3 graphs, 2 breaks", None),
+        options=[((3, 3), "3 graphs, 3 breaks", BREAK_NO_AFTER),
+                 ((4, 3), "4 graphs, 3 breaks", None),
                  ((2, 1), "2 graphs, 1 break", "expects the first break to end what Dynamo compiles; it resumes "
-                  "after each break, so a second data-dependent index breaks again"),
+                  "after each break, so every later data-dependent index breaks again"),
                  ((1, 0), "1 graph, 0 breaks", ONE_GRAPH_BREAK)])),
     ("unbacked-capture", "data-dependent", dict(
         case="""
@@ -550,12 +550,12 @@ _PAIRS: list[tuple[str, str, dict, dict]] = [
         def f(x):
             y = x * 3
             return y[y > 1].sum()
-        for n in [16, 16, 24, 24]:               # random values: each keeps another number
-            f(torch.randn(n))""",
+        for call in range(4):                    # random values: each keeps another number
+            f(torch.randn(16))""",
         question="How many graphs does `cnt` count?",
-        options=[(1, None, "expects the captured graph to serve a new input length; the kept count is a symbol, but "
-                  "the input's own length is specialised first, as always"),
-                 (2, None, None),
+        options=[(1, None, None),
+                 (2, None, "expects the first new count of kept elements to recompile, as a new input length does; "
+                  "the count is an unbacked symbol from the first call, with no guard on its value"),
                  (4, None, "expects each new count of kept elements to recompile; with both flags the count is an "
                   "unbacked symbol inside one graph"),
                  (8, None, "expects the flags to keep the break; with both on the indexing stays in the graph")]), dict(
@@ -566,44 +566,44 @@ _PAIRS: list[tuple[str, str, dict, dict]] = [
         def g(x):
             z = x.exp()
             return z[z < 2].mean()
-        for n in [32, 20, 20, 20, 20]:           # random values: each keeps another number
-            g(torch.randn(n))""",
+        for call in range(5):                    # random values: each keeps another number
+            g(torch.randn(20))""",
         question="How many graphs does `cnt` count?",
         options=[(10, None, "expects the flags to keep the break; with both on the indexing stays in the graph"),
                  (5, None, "expects each new count of kept elements to recompile; with both flags the count is an "
                   "unbacked symbol inside one graph"),
-                 (2, None, None),
-                 (1, None, "expects the captured graph to serve a new input length; the kept count is a symbol, but "
-                  "the input's own length is specialised first, as always")])),
+                 (1, None, None),
+                 (2, None, "expects the first new count of kept elements to recompile, as a new input length does; "
+                  "the count is an unbacked symbol from the first call, with no guard on its value")])),
     ("data-dependent-break", "data-dependent", dict(
         case="""
         @torch.compile(backend=cnt)
         def f(x):
-            n = int(x.sum().item())
-            return x * n
+            n, m = int(x.sum().item()), int(x.amax().item())
+            return x * n + m
         for v in [1.0, 2.0, 3.0, 4.0]:
             f(torch.full((4,), v))""",
         question="How many graphs does `cnt` count?",
         options=[(1, None, "expects `.item()` to be traced; by default a Python number read from a tensor breaks "
                   "the graph"),
-                 (2, None, "expects the code after the break to take `n` as data; a Python int is a constant at "
-                  "first and becomes a symbol at its first change"),
-                 (3, None, None),
-                 (5, None, "expects a graph per value of `n`; automatic dynamic makes an int a symbol after its first "
-                  "change")]), dict(
+                 (3, None, "expects the code after each break to take `n` and `m` as data; a Python int is a "
+                  "constant at first and becomes a symbol at its first change"),
+                 (5, None, None),
+                 (9, None, "expects a graph per value of `n` and `m`; automatic dynamic makes an int a symbol after "
+                  "its first change")]), dict(
         case="""
         @torch.compile(backend=cnt)
         def g(x):
-            m = int(x.amax().item())
-            return x + m
+            m, k = int(x.amax().item()), int(x.sum().item())
+            return x + m - k
         for v in [2.0, 5.0, 7.0, 9.0, 5.0]:
             g(torch.full((3,), v))""",
         question="How many graphs does `cnt` count?",
-        options=[(5, None, "expects a graph per value of `m`; automatic dynamic makes an int a symbol after its first "
-                  "change"),
-                 (3, None, None),
-                 (2, None, "expects the code after the break to take `m` as data; a Python int is a constant at "
-                  "first and becomes a symbol at its first change"),
+        options=[(9, None, "expects a graph per value of `m` and `k`; automatic dynamic makes an int a symbol after "
+                  "its first change"),
+                 (5, None, None),
+                 (3, None, "expects the code after each break to take `m` and `k` as data; a Python int is a "
+                  "constant at first and becomes a symbol at its first change"),
                  (1, None, "expects `.item()` to be traced; by default a Python number read from a tensor breaks "
                   "the graph")])),
     ("loop-break", "data-dependent", dict(
