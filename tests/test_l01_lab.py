@@ -309,13 +309,16 @@ def test_hidden_cases_come_from_a_printed_seed_that_draws_them_again(monkeypatch
     and every result prints it (issue 37, item 5)."""
     from shapelab.labkit import checks
 
+    checker = S.Checker("lab")
     monkeypatch.setenv(checks.SEED_ENV, "4242")
     first = L.hidden_streams(checks.case_rng("01-1"))
     monkeypatch.setenv(checks.SEED_ENV, "4243")
     assert L.hidden_streams(checks.case_rng("01-1")) != first
     monkeypatch.setenv(checks.SEED_ENV, "4242")
     assert L.hidden_streams(checks.case_rng("01-1")) == first
-    S.Checker("lab").check("an exercise", False, "not yet")
+    checker.check("an exercise", False, "not yet")  # its cases were drawn since the checker last reported
     assert "seed 4242" in capsys.readouterr().out and checks.SEED_ENV in checks.seed_note()
+    checker.check("another exercise", True, "drew nothing")  # a check that drew no case claims no seed
+    assert "seed" not in capsys.readouterr().out
     monkeypatch.delenv(checks.SEED_ENV)
     assert checks.case_seed() == checks._SESSION_SEED

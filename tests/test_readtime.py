@@ -122,7 +122,8 @@ def test_restate_writes_the_measurement_into_the_title_and_the_guide_keeping_wha
     lesson = tmp_path / "notebooks" / "09_made_up.ipynb"
     lesson.parent.mkdir()
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
-    cells = [md("# 09 · Made up\n\n**Time:** 99 minutes, measured: a stale sentence. **You will find out:**\n1. x"),
+    cells = [md("# 09 · Made up\n\n**Time:** 99 minutes, measured: stale (1 s at CI size on a CPU). What it is about, "
+                "kept. **You will find out:**\n1. x"),
              code("setup()"), md("## 1. One\n\n" + "word " * 400), code("a = 1\n" * 30)]
     nbformat.write(nbformat.v4.new_notebook(cells=cells), lesson)
     guide = tmp_path / "INSTRUCTOR.md"
@@ -132,7 +133,8 @@ def test_restate_writes_the_measurement_into_the_title_and_the_guide_keeping_wha
                      "| policy | compiles |\n|---|---|\n| kept | 3 |\n\n## 5. Next part\n")
     assert readtime.restate([lesson], guide) == ["09_made_up.ipynb", "INSTRUCTOR.md lesson 09"]
     minutes = readtime.measure(lesson).minutes
-    assert readtime.stated_minutes(nbformat.read(lesson, as_version=4).cells[0].source) == minutes
+    title = nbformat.read(lesson, as_version=4).cells[0].source
+    assert readtime.stated_minutes(title) == minutes and title.endswith("CPU). What it is about, kept. **You will find out:**\n1. x")
     text = guide.read_text()
     assert f"**Live time: {minutes} minutes, measured**" in text and "stale" not in text and "Headless at CI" in text
     assert "| 1. One | " in text and "| 2 s | the loop, typed |" in text and "Gone" not in text

@@ -377,7 +377,7 @@ def executed_copy(notebook: Path) -> Path:
 
 
 TABLE_HEAD = "| section | minutes (prose, code, outputs, prompts, bench) | runs in (CI, a loaded 2-core CPU) | what runs |"
-TITLE_TIME = re.compile(r"\*\*Time:\*\* \d+ minutes, measured: .*?(?= \*\*You will find out:\*\*)", re.S)
+TITLE_TIME = re.compile(r"\*\*Time:\*\* \d+ minutes, measured: .*?(?:adds about \d+|CI size on a CPU\)?)\.", re.S)
 LIVE_TIME = re.compile(r"\*\*Live time: \d+ minutes, measured\*\* \(`python -m shapelab\.labkit\.readtime`: .*?(?= Headless at CI)",
                        re.S)
 
