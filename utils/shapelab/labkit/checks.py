@@ -77,8 +77,7 @@ class Checker:
         self.strict = strict
         self.results: list[Result] = []  # the latest result of each exercise, in first-seen order
         self.history: dict[str, list[bool]] = {}  # every attempt of each exercise, in order
-        self._drew: bool | None = None  # whether the check ``run`` is reporting drew cases at random
-        self._draws_seen = _DRAWS[0]    # for a direct ``check``: draws since the last report are its own
+        self._draws_seen = _DRAWS[0]  # a report says "seed" only if cases were drawn since the last report (or run)
 
     def check(self, name: str, passed: bool, message: str) -> bool:
         """Report one exercise. ``message`` says what is wrong (or, on success, what was shown)."""
@@ -93,8 +92,7 @@ class Checker:
         if path:
             with open(path, "a") as fh:
                 fh.write(json.dumps({"lab": self.lab, "name": name, "passed": result.passed}) + "\n")
-        drew = self._drew if self._drew is not None else _DRAWS[0] != self._draws_seen
-        self._drew, self._draws_seen = None, _DRAWS[0]
+        drew, self._draws_seen = _DRAWS[0] != self._draws_seen, _DRAWS[0]
         seed = ("" if not drew else f"\n   (hidden cases: seed {case_seed()})" if passed else f"\n   {seed_note()}")
         print(f"{'✅' if passed else '❌'} {name}: {message}{seed}")
         room_client.record_check(self.lab, name, result.passed, len(self.history[name]))  # only inside a room
@@ -104,12 +102,11 @@ class Checker:
 
     def run(self, name: str, test) -> bool:
         """Call ``test()``, which returns ``(passed, message)``; an exception in it is a failure."""
-        draws = _DRAWS[0]
+        self._draws_seen = _DRAWS[0]  # only what ``test`` draws counts for this report
         try:
             passed, message = test()
         except Exception as e:  # a learner's broken answer should read as feedback, not a traceback
             passed, message = False, f"your answer raised {type(e).__name__}: {e}"
-        self._drew = _DRAWS[0] != draws
         return self.check(name, passed, message)
 
     def passed_before(self, name: str) -> int | None:

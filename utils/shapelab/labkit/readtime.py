@@ -387,7 +387,8 @@ def restate(paths: list[Path], guide: Path) -> list[str]:
     sentence and its table of sections, keeping each row's "what runs" words); the names of what changed."""
     text, changed = guide.read_text(), []
     for path in paths:
-        summary = measure(path).summary()
+        measured = measure(path)
+        summary = measured.summary()
         nb = json.loads(path.read_text())  # the JSON as stored (nbformat would reorder keys and add fields)
         source = "".join(nb["cells"][0]["source"])
         title = TITLE_TIME.sub(lambda _: f"**Time:** {summary}.", source, count=1)
@@ -398,8 +399,9 @@ def restate(paths: list[Path], guide: Path) -> list[str]:
         start = text.index(f"### Lesson {path.name[:2]} ")
         end = text.find("\n### Lesson ", start + 1)
         end = end if end > 0 else text.index("\n## ", start)
-        part = LIVE_TIME.sub(lambda _: f"**Live time: {summary.split(' minutes', 1)[0]} minutes, measured** "
-                                       f"(`python -m shapelab.labkit.readtime`: {summary.split(': ', 1)[1]}).", text[start:end], count=1)
+        part = LIVE_TIME.sub(lambda _: f"**Live time: {measured.minutes} minutes, measured** "
+                                       f"(`python -m shapelab.labkit.readtime`: {summary.split(': ', 1)[1]}).",
+                             text[start:end], count=1)
         lines = part.splitlines()
         head = next((i for i, l in enumerate(lines) if l.startswith("| section |")), None)
         if head is not None:  # the table of sections: its rows until the first line that is no row

@@ -85,11 +85,10 @@ def fold_prompts(nb) -> int:
     """Tag ``hide-output`` on every code cell with output from a prompt to the next heading or prompt; the count."""
     folding, folded = False, 0
     for cell in nb.cells:
-        text = cell.source if isinstance(cell.source, str) else "".join(cell.source)
         if cell.cell_type == "markdown":
-            if PROMPT.search(text):
+            if PROMPT.search(cell.source):
                 folding = True
-            elif HEADING.match(text):
+            elif HEADING.match(cell.source):
                 folding = False
         elif folding and cell.get("outputs"):
             tags = cell.metadata.setdefault("tags", [])
@@ -102,7 +101,7 @@ def fold_prompts(nb) -> int:
 def bench_pictures(nb, lesson: Path, shots: Path, images: Path) -> int:
     """Replace each widget output by the browser test's picture of the lesson's bench; the count replaced."""
     replaced = 0
-    for i, cell in enumerate(list(nb.cells)):
+    for cell in list(nb.cells):
         if cell.cell_type != "code" or not any(WIDGET in o.get("data", {}) for o in cell.get("outputs", [])):
             continue
         cell.outputs = [o for o in cell.outputs if WIDGET not in o.get("data", {})]
@@ -141,10 +140,7 @@ def lesson_page(executed: Path, lesson: Path, shots: Path, images: Path, commit:
         if cell.cell_type == "markdown":
             cell.source = site_links(cell.source)
     fold_prompts(nb)
-    bench_pictures(nb, lesson, shots, images)
-    for cell in nb.cells:  # a widget output left anywhere would render as "Loading widget..."
-        if cell.cell_type == "code":
-            cell.outputs = [o for o in cell.get("outputs", []) if WIDGET not in o.get("data", {})]
+    bench_pictures(nb, lesson, shots, images)  # every widget output goes: it would render as "Loading widget..."
     nb.metadata.pop("widgets", None)
     return nb
 
