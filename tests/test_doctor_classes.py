@@ -64,18 +64,17 @@ def test_a_type_change_is_its_own_cause_with_its_own_fix(case):
     assert all("check_tensor" not in r for r in c.reasons), c.reasons  # only what torch printed is quoted
     p = d.prescriptions[0]
     assert "keep the type" in p.code and "neutral" not in p.code and "same one" not in p.code
-    if case == "unet timestep":  # 0-d tensors and numbers: a tensor every call is the fix, proved
-        assert p.applied and "torch.as_tensor(timestep, dtype=torch.float32)" in d.code
-        assert d.proof.compiles == d.plan.predicted == 1 and d.proof.same is True, d.proof.notes
-        model2 = Timestep()  # the printed line pasted before each call, counted by torch
-        fixed = []
-        for call in calls:
-            ns = {"torch": torch, "timestep": call.args[1]}
-            exec(d.plan.call_code(), ns)
-            fixed.append(Call(call.args[0], ns["timestep"]))
-        assert _counts(model2, fixed)[-1] == 1
-    else:  # a number where a tensor of shape [3] was: which tensor it stands for is the model's
-        assert not p.applied and p.note
+    # a tensor every call is the fix, proved: a 0-d tensor for the timestep, a tensor of y's shape [3] for the number
+    form = "torch.as_tensor(timestep, dtype=torch.float32)" if case == "unet timestep" else "torch.full((3,), y"
+    assert p.applied and form in d.code, d.code
+    assert d.proof.compiles == d.plan.predicted == 1 < d.runs[0].compiles and d.proof.same is True, d.proof.notes
+    name = c.shown  # the printed line pasted before each call, counted by torch
+    fixed = []
+    for call in calls:
+        ns = {"torch": torch, name: call.args[1]}
+        exec(d.plan.call_code(), ns)
+        fixed.append(Call(call.args[0], ns[name]))
+    assert _counts(model if case != "unet timestep" else Timestep(), fixed)[-1] == 1
 
 
 def test_a_parameter_replaced_by_a_plain_tensor_is_named_and_the_fix_changes_something():
@@ -152,10 +151,13 @@ def test_torchs_own_range_guard_is_not_the_users_branch():
     if ranges:  # this release's conv guards the batch range on this machine (2.13 on CPU: 2 <= s <= 15)
         assert "conv.py" in ranges[0].detail and "torch's own code" in ranges[0].where
     assert d.proof.compiles == d.proof.predicted, d.proof.notes
+    spec = next((r for r in d.runs if r.label == "declarative spec"), None)
+    if spec is not None:  # the spec's sizes are unbacked: no range guard, so the range costs it no graph
+        assert spec.compiles == spec.predicted and not spec.missed, spec.notes
 
 
 def branch_on_value(x, y):
-    if y == 2:
+    if y == 2:  # doubled; the rest scaled (torch quotes this line, "; " included, in its guards)
         return x * 2
     return x * y
 
@@ -168,6 +170,47 @@ def test_a_branch_on_a_value_is_not_turned_into_a_tensor_that_costs_more():
     assert d.runs[0].counts == _counts(branch_on_value, calls, dynamic=True)
     assert "torch.tensor(y)" not in d.code and d.kinds == ["value_branch"], d.summary()
     assert all(not p.applied for p in d.prescriptions if p.kind == "value_branch")
+
+
+def test_a_branch_on_a_number_under_the_default_is_named_and_its_count_said_plainly():
+    # dynamic=None: y's first value is specialised (a graph), its first change makes it symbolic, and then the
+    # guard `y == 2` of the symbolic graph is the model's branch, one graph per outcome: no change of y's type helps
+    calls = [Call(torch.randn(3), k) for k in (1, 2, 3, 4, 2, 5)]
+    d = diagnose(branch_on_value, calls, buckets=False)
+    want = _counts(branch_on_value, calls)
+    assert d.runs[0].counts == want
+    branch = [c for c in d.causes if c.kind == "value_branch"]
+    assert branch and branch[0].detail == "y == 2", d.summary()
+    assert "torch.tensor(y)" not in d.markdown() and not d.proved and not any(p.applied for p in d.prescriptions)
+    assert d.plan.predicted == want[-1] and f"{want[-1]} graph(s) predicted" in d.markdown(), d.markdown()
+    # torch's guards quote the source line, whose comment holds "; ": one guard each, not split inside the comment
+    from shapelab.instruments.observe import _guards_in, cause_of
+
+    failures = [f for g in d.evidence.graphs for f in g.failures]
+    assert any("; the rest scaled" in f for f in failures), failures
+    for f in failures:
+        assert [g.split()[0] for g in _guards_in(f)] == ["y"] and cause_of([f]) == f, _guards_in(f)
+
+
+class Stepper(nn.Module):
+    """A module int attribute that changes every call (test_recompiles' counter pattern)."""
+
+    def __init__(self):
+        super().__init__()
+        self.step = 0
+
+    def forward(self, x):
+        self.step += 1
+        return x * self.step
+
+
+def test_a_number_kept_as_a_number_under_dynamic_true_costs_no_first_graph():
+    calls = [Call(torch.randn(n, 3)) for n in (4, 5, 6, 7)]
+    d = diagnose(Stepper(), calls, dynamic=True, buckets=False, declarative=False)
+    assert d.runs[0].counts == _counts(Stepper(), calls, dynamic=True)
+    assert "allow_unspec_int_on_nn_module = True" in d.code
+    want = _counts(Stepper(), calls, dynamic=True, allow_unspec_int_on_nn_module=True)[-1]
+    assert d.proof.compiles == d.plan.predicted == want, (d.proof.notes, want)
 
 
 def rank_free(x):
@@ -235,9 +278,12 @@ def test_settings_already_active_enter_the_prediction():
     d = diagnose(threshold, floats, buckets=False, declarative=False)
     assert d.runs[0].counts == _counts(threshold, floats)
     assert "value_branch" in d.kinds and d.proof.compiles == d.plan.predicted, (d.summary(), d.proof.notes)
-    with torch._dynamo.config.patch(specialize_float=True):
-        d = diagnose(threshold, floats, buckets=False, prove=False)
+    with torch._dynamo.config.patch(specialize_float=True):  # set by the user: one graph per float value
+        d = diagnose(threshold, floats, buckets=False, declarative=False)
         assert d.runs[0].counts == _counts(threshold, floats, specialize_float=True)
+    # a 0-d tensor would make the branch (unseen under this setting) data-dependent: the release's default is the fix
+    assert "specialize_float = False" in d.code and "torch.tensor(t)" not in d.code, d.code
+    assert d.proof.compiles == d.plan.predicted < d.runs[0].compiles, d.proof.notes
 
 
 def test_the_declarative_spec_is_prescribed_and_proved_where_the_release_has_it():
@@ -295,6 +341,7 @@ def test_live_and_trace_name_the_same_causes_over_several_models(tmp_path):
         "int then tensor": (add, [Call(torch.randn(3), 2), Call(torch.randn(3), torch.randn(3))]),
         "parameter": (add, [Call(torch.randn(3), w), Call(torch.randn(3), torch.randn(3))]),
         "dit": (DiTPatch(), [Call(torch.randn(1, 3, s, s)) for s in (8, 16, 9, 12)]),
+        "value branch": (branch_on_value, [Call(torch.randn(3), k) for k in (1, 2, 3)]),
         "conv": (Conv(), [Call(torch.randn(b, 3, 8, 8)) for b in (2, 3, 16)]),
     }
     for i, (name, (model, calls)) in enumerate(streams.items()):

@@ -140,9 +140,22 @@ def _change(guard: str):
     return m.group(1) if m else guard
 
 
-def _guards_in(failure: str) -> list[str]:
+# Where one guard ends and the next begins in torch's ``"0/1: g1  # comment; g2"``: a "; " followed by the start of a
+# guard. Torch's comments (the user's source line after "  #") may hold "; " themselves, so a bare split is wrong.
+_NEXT_GUARD = re.compile(r"; (?=tensor '|check_tensor\(|\(|[\w.\[\]'()]+ (?:==|!=|<=|>=|<|>|is) |-?\d+ <|Eq\(|Ne\("
+                         r"|GLOBAL_STATE|Duplicate|___|expected type of)")
+
+
+def split_guards(failure: str) -> list[str]:
+    """The guards in one failure (``"0/1: g1  # comment; g2"``), each with its comment, without the id and the
+    user stack trace."""
     text = re.sub(r"^\d+/\d+: ", "", failure.strip()).split("\nUser stack")[0]
-    return [p.split("  #")[0].strip() for p in text.split("; ") if p.strip()]
+    return [p.strip() for p in _NEXT_GUARD.split(text) if p.strip()]
+
+
+def _guards_in(failure: str) -> list[str]:
+    """The guards in one failure, without torch's comments."""
+    return [p.split("  #")[0].strip() for p in split_guards(failure)]
 
 
 def _same_guard(guard: str, failure: str) -> bool:

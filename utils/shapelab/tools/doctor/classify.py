@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ...instruments.compat import plain_attributes, where_in_user_code
+from ...instruments.observe import split_guards
 from .evidence import Evidence
 
 KINDS = {
@@ -56,9 +57,6 @@ _CALL_SIGNATURE = re.compile(r"^len\((args|kwargs)\) ==|^not (args|kwargs)\b|___
                              r"^(kwargs|args) is|\bkwargs\.keys\(\)|^set\(kwargs")
 _DATA_DEPENDENT = ("dynamic shape operator", "item()", "data-dependent", "data dependent", "nonzero",
                    "capture_scalar_outputs", "unbacked")
-# where one guard ends and the next begins in "g1; g2" (torch's comments after "  #" may hold "; " too)
-_NEXT_GUARD = re.compile(r"(?:  #.*?)?; (?=tensor '|check_tensor\(|\(|[\w.\[\]'()]+ (?:==|!=|<=|>=|<|>|is) |\d+ <|Eq\(|Ne\(|GLOBAL_STATE|Duplicate|___)",
-                         re.S)
 
 
 @dataclass(frozen=True)
@@ -85,9 +83,7 @@ def guard_text(reason: str) -> str:
 
 def readings(reason: str) -> list[Reading]:
     """Every guard in one recompile's cause (``"0/1: g1; g2"``), each read."""
-    body = _without_id(reason).split("\nUser stack trace")[0]
-    parts = [p for p in _NEXT_GUARD.split(body) if p.strip()] or [body]
-    return [classify_reason(p) for p in parts]
+    return [classify_reason(p) for p in split_guards(reason) or [_without_id(reason)]]
 
 
 def classify_reason(reason: str) -> Reading:
@@ -246,11 +242,13 @@ def zero_one_below_two(r: Reading, size: int | None) -> Reading:
 
 
 def causes(ev: Evidence, size_of: Callable[[str, str, int], int | None] | None = None,
-           tensor_in: Callable[[str, str], bool | None] | None = None) -> list[Cause]:
+           tensor_in: Callable[[str, str], bool | None] | None = None, dynamic: bool | None = None) -> list[Cause]:
     """Group the evidence's recompiles and breaks into causes, the costliest first. ``size_of(compile_id,
     input, dim)``, where known, is the size of that input in the call that compiled the graph; ``tensor_in(
-    compile_id, input)`` whether that input was a tensor there (else read from the trace's graph inputs)."""
+    compile_id, input)`` whether that input was a tensor there (else read from the trace's graph inputs);
+    ``dynamic``: as passed to torch.compile (True: numbers are symbolic from the first graph)."""
     found: dict[tuple, Cause] = {}
+    symbolic = _symbolic_numbers(ev, dynamic is True)
     for g in ev.graphs:
         if not g.cause:
             continue
@@ -266,6 +264,8 @@ def causes(ev: Evidence, size_of: Callable[[str, str, int], int | None] | None =
                 r = zero_one_below_two(r, size_of(g.compile_id, r.input, r.dim))
             if r.kind == "python_value" and r.input == r.detail and _tensor_now(g, r.input, tensor_in):
                 r, said = Reading("type_change", r.input, None, r.input), None  # ``y == 2``, and y is now a tensor
+            elif r.kind == "python_value" and symbolic(g.cause.split(":", 1)[0].strip(), _number_guard(g.cause, r.input)):
+                r = Reading("value_branch", r.input, None, _number_guard(g.cause, r.input))  # ``if y == 2`` decided
             key = (r.kind, r.input, r.dim,
                    None if r.kind in ("dimension", "zero_one", "stride", "call_signature", "optional", "type_change",
                                      "parameter_tensor", "rank") else r.detail)
@@ -299,6 +299,38 @@ def causes(ev: Evidence, size_of: Callable[[str, str, int], int | None] | None =
         found[("limit",)] = c
     order = list(KINDS)
     return sorted(found.values(), key=lambda c: (c.kind == "limit", -c.graphs, order.index(c.kind)))
+
+
+_NUMBER = re.compile(r"^(?P<name>[A-Za-z_]\w*) == (?P<val>-?\d+(?P<float>\.\d*)?(?:e-?\d+)?)$")
+
+
+def _number_guard(cause: str, name: str) -> str:
+    """``y == 2``: the guard of ``cause`` that compares the number argument ``name`` with a constant."""
+    return next((t for t in map(guard_text, split_guards(cause)) if (m := _NUMBER.match(t)) and m["name"] == name), name)
+
+
+def _symbolic_numbers(ev: Evidence, from_start: bool) -> Callable[[str, str], bool]:
+    """``symbolic(graph_id, name)``: whether the number argument ``name`` was symbolic in that graph, so that its
+    failed ``y == 2`` is the model's branch on y's value (``if y == 2``), not the specialisation of y's first value:
+    always under ``dynamic=True`` (``from_start``); else (automatic dynamic) from the graph whose recompile a change
+    of its value caused, in that frame's later graphs. ``specialize_int`` / ``specialize_float`` keep it constant."""
+    from torch._dynamo import config
+
+    def unspecialised(guard: str) -> bool:
+        m = _NUMBER.match(guard)
+        return bool(m) and not getattr(config, "specialize_float" if m["float"] is not None else "specialize_int", False)
+
+    held: dict[str, set[str]] = {}
+    frames: dict[str, set[str]] = {}
+    for g in ev.graphs:
+        mine = frames.setdefault(g.compile_id.split("/")[0], set())
+        mine |= {_NUMBER.match(t)["name"] for t in map(guard_text, split_guards(g.cause or "")) if unspecialised(t)}
+        held[g.compile_id] = set(mine)
+
+    def symbolic(graph_id: str, guard: str) -> bool:
+        return unspecialised(guard) and (from_start or _NUMBER.match(guard)["name"] in held.get(graph_id, ()))
+
+    return symbolic
 
 
 def _also_symbolic(g, ev: Evidence, tensor_in) -> list[Reading]:

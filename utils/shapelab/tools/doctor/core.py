@@ -157,7 +157,7 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     base = replay(model, calls, backend=backend, dynamic=dynamic, names=names)
     base.outputs = reference  # the reference row compares against eager
     size_of, tensor_in = _at_compile(base, calls, names)
-    cs = find_causes(base.evidence, size_of, tensor_in)
+    cs = find_causes(base.evidence, size_of, tensor_in, dynamic)
     observed = varying_dims(calls, names)
     names.name_causes(cs, calls)
     for c in cs:
@@ -180,6 +180,7 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     if hinted:
         plan.config["force_parameter_static_shapes"] = False
     rx: list[Prescription] = []
+    floats_kept: set[str] = set()  # float arguments kept as numbers, made symbolic by specialize_float = False
     own: list[list[str]] = []  # per cause, the plan's lines it put there (what its row shows)
     branched = _branched_on(cs)
     for c in cs:
@@ -188,6 +189,10 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
                                              for v in (names.arguments(k).get(var) for k in calls))
         if scalar_arg and var in branched:  # a 0-d tensor would make the model's branch on it data-dependent
             scalar_arg = False
+        # specialize_float=True (set by you): each float value its own graph, and a branch on the float never shows
+        # in a guard, so a 0-d tensor could make an unseen branch data-dependent: this release's default is the fix
+        unspec_float = (c.kind == "python_value" and scalar_arg and torch._dynamo.config.specialize_float
+                        and all(isinstance(names.arguments(k).get(var), float) for k in calls))
         attribute = c.kind == "python_value" and names.is_self(c.detail, calls) and _ints(calls, names, c.detail)
         flag = var is not None and all(isinstance(names.arguments(k).get(var), bool) for k in calls)
         p = for_cause(c, var, unbacked=c.kind == "zero_one", is_module=attribute, scalar_arg=scalar_arg, flag=flag,
@@ -196,9 +201,18 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
         if c.kind in ("dimension", "zero_one") and var in hinted:
             p = Prescription(c.kind, c.where, "torch._dynamo.config.force_parameter_static_shapes = False  # torch's own "
                              "hint: a Parameter's sizes may then be dynamic (mark_dynamic on a Parameter is ignored)", True)
+        if unspec_float:
+            p = Prescription(c.kind, c.where, "torch._dynamo.config.specialize_float = False  # you set it True: each "
+                             f"value of {var} was its own graph; False (this release's default) makes {var} symbolic once "
+                             "it changes: its first value keeps a graph, the rest share (a branch on it keeps one per side)",
+                             True)
+            plan.config["specialize_float"] = False
+            floats_kept.add(var)
         rx.append(p)
         lines: list[str] = []
-        if c.kind in ("dimension", "zero_one") and var in hinted:
+        if unspec_float:
+            lines = ["torch._dynamo.config.specialize_float = False"]
+        elif c.kind in ("dimension", "zero_one") and var in hinted:
             lines = ["torch._dynamo.config.force_parameter_static_shapes = False"]
         elif p.applied and c.kind in ("type_change", "parameter_tensor"):
             lines = [p.code]
@@ -214,7 +228,7 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
             lines = [f"torch._dynamo.config.{k} = True" for k in ("capture_dynamic_output_shape_ops", "capture_scalar_outputs")]
         elif p.applied and c.kind == "set_by_call":
             plan.setup += [p.code] if p.code not in plan.setup else []
-        if c.kind in ("stride", "python_value", "type_change", "parameter_tensor") and not attribute:
+        if c.kind in ("stride", "python_value", "type_change", "parameter_tensor") and not attribute and not unspec_float:
             plan.prep += [line for line in lines if line not in plan.prep]
         own.append(lines or ([p.code] if c.kind == "set_by_call" else []))
     # Every dimension that varies is marked (a dimension torch ties to a marked one must be marked too,
@@ -242,7 +256,7 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     frames = 1 if ("data_dependent" in kinds and "graph_break" not in kinds) else first_call_graphs
     # values the prescription leaves alone: keyed per call by the value the guard reads, where it can be
     # read from the call; else counted as the graphs they cost
-    kept_values = [c for c, p in zip(cs, rx) if c.kind == "python_value" and not p.applied
+    kept_values = [c for c, p in zip(cs, rx) if c.kind == "python_value" and (not p.applied or c.shown in floats_kept)
                    and not (c.input or "").startswith("___")]
     readable = [c.detail for c in kept_values if all(names.value(c.detail, k) is not MISSING for k in calls)]
     # an argument that is None in some calls: each case its own graph, keyed by whether it is None
@@ -257,15 +271,21 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     if any(c.kind == "size_branch" for c in cs):
         plan.notes.append("the model's code branches on a size: each side of the branch keeps its graph, "
                           "whatever is marked (counted in the prediction)")
-    if plan.config.get("allow_unspec_int_on_nn_module"):
+    if plan.config.get("allow_unspec_int_on_nn_module") and dynamic is not True:  # dynamic=True: symbolic at once
         extra += 1  # like any int: the first value is specialised, the first change makes it symbolic
         plan.notes.append("a module int attribute made unspecialised still costs one graph for its first value")
+
+    ranges = {_expression(c): (c.shown or c.input, c.dim) for c in cs if c.kind == "library_range"}
 
     def predict(p: Plan) -> int:
         first_static = sum(1 for (v, d), sizes in auto.items() if sizes[0] not in (0, 1)
                            and len({n for n in sizes if n not in (0, 1)}) > 1)  # as automatic dynamic: the first size
         auto_plan = Plan(p.label, p.marks + [(v, d, "dynamic") for (v, d) in auto], list(p.prep), pad=dict(p.pad))
-        return frames * (proof.residual_signatures(calls, auto_plan, sig_kinds, names, readable, optional, branches, typed)
+        # the spec's sizes are unbacked: torch's own range guards (conv's ``2 <= s <= 15``) are not installed on them
+        unbacked = {(n, d) for n, (_, dims) in p.spec.items() for d in dims}
+        kept = [b for b in branches if ranges.get(b) not in unbacked]
+        return frames * (proof.residual_signatures(calls, auto_plan, sig_kinds, names, readable, optional, kept, typed,
+                                                    from_start=dynamic is True, settings=p.config)
                          + min(first_static, 1)) + (extra if not p.pad else 0)
 
     plan.predicted = predict(plan)
@@ -274,6 +294,11 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     show_as_run(cs, rx, plan, own)
     _only_what_ran(rx, plan)
     diag.prescriptions = _merged(rx)
+    if recompiles and plan.empty:  # nothing the doctor can apply: the count as is, said plainly, with its prediction
+        diag.prescriptions.append(Prescription(
+            "all", "no change applies", f"# no change of the call lowers this count: {plan.predicted} graph(s) predicted "
+            f"from the calls as they are (measured {base.compiles}); the rows above say why", False,
+            "the count is what it is" if plan.predicted == base.compiles else "the prediction missed: see the causes"))
     if not recompiles or plan.empty:
         return diag
     if not prove:
@@ -494,16 +519,29 @@ def _types_seen(calls, names, var) -> list[str]:
             for t, ix in where.items()]
 
 
-def _tensor_form(calls, names, var) -> torch.dtype | None:
-    """The dtype of ``var`` where every tensor it is passed as is 0-d of one dtype and the rest are numbers: a
-    number then becomes that tensor with no change to the results; None where no such form exists."""
+def _tensor_form(calls, names, var) -> str | None:
+    """The expression that turns ``var``, a number in some calls, into the tensor it is in the others, where every
+    tensor it is passed as has one dtype and one shape (``torch.as_tensor`` for 0-d, ``torch.full`` for a shape) or
+    the shape of another tensor argument of the same call (``torch.full_like``); None where no such form exists.
+    Whether the results are unchanged is the proof's to measure (its outputs column)."""
     values = [names.value_in(var, k) for k in calls]
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
     numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if not tensors or len(tensors) + len(numbers) != len(values) or any(t.dim() != 0 for t in tensors):
-        return None
     dtypes = {t.dtype for t in tensors}
-    return dtypes.pop() if len(dtypes) == 1 else None
+    if not tensors or len(tensors) + len(numbers) != len(values) or len(dtypes) != 1:
+        return None
+    dtype = dtypes.pop()
+    if all(t.dim() == 0 for t in tensors):
+        return f"torch.as_tensor({var}, dtype={dtype})"
+    number = f"if not isinstance({var}, torch.Tensor) else {var}"
+    shapes = {tuple(t.shape) for t in tensors}
+    if len(shapes) == 1:
+        return f"torch.full({shapes.pop()}, {var}, dtype={dtype}) {number}"
+    args = [names.arguments(k) for k in calls]  # a shape that follows another argument's: that argument's shape
+    like = [n for n in args[0] if n != var and all(
+        isinstance(a.get(n), torch.Tensor) and a[n].dtype == dtype
+        and (not isinstance(a.get(var), torch.Tensor) or a[n].shape == a[var].shape) for a in args)]
+    return f"torch.full_like({like[0]}, {var}) {number}" if like else None
 
 
 def _ints(calls, names, source) -> bool:

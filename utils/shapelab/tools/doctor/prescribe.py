@@ -135,21 +135,22 @@ def limit_code(n: int) -> str:
 
 
 def for_cause(c: Cause, var: str | None, *, unbacked: bool, is_module: bool, scalar_arg: bool,
-              tensor_form: torch.dtype | None = None, flag: bool = False, branched: bool = False) -> Prescription:
+              tensor_form: str | None = None, flag: bool = False, branched: bool = False) -> Prescription:
     """The prescription for one cause; ``var`` is the argument's name in the user's code (if known);
-    ``tensor_form``: for a type change, the dtype of the 0-d tensor a number can become (None: no such form)."""
+    ``tensor_form``: for a type change, the expression that makes a number the tensor it is in other calls (None:
+    no such form)."""
     v = var or c.input or "x"
     if c.input and c.input.startswith("___"):
         return Prescription(c.kind, c.where, "# fix the graph break first: this value exists only because of it",
                             False, "it is not one of your inputs")
     if c.kind == "type_change":
         if tensor_form is not None:
-            return Prescription(c.kind, c.where, f"{v} = torch.as_tensor({v}, dtype={tensor_form})  # keep the type "
+            return Prescription(c.kind, c.where, f"{v} = {tensor_form}  # keep the type "
                                 "stable: a tensor every call (or a Python number every call)", var is not None,
                                 "" if var is not None else "the input is not an argument of the call")
         return Prescription(c.kind, c.where, f"# keep the type of {v} stable: pass a tensor every call, or a Python "
                             "number every call; each type keeps its own graph (counted in the prediction)", False,
-                            "which tensor a number stands for (its shape) is the model's")
+                            "its tensors differ in dtype or shape: which tensor a number stands for is the model's")
     if c.kind == "parameter_tensor":
         return Prescription(c.kind, c.where, f"{v} = {v}.detach()  # one kind of tensor every call: a plain one "
                             "(inference; when training, pass the nn.Parameter every call)", var is not None,
@@ -159,9 +160,10 @@ def for_cause(c: Cause, var: str | None, *, unbacked: bool, is_module: bool, sca
                             "keeps its own graph (counted in the prediction); no mark can join them", False,
                             "a rank cannot be made dynamic")
     if c.kind == "value_branch":
-        return Prescription(c.kind, c.where, f"# `{c.detail}`: the model's code branches on this value; each side "
-                            "keeps its own graph (counted in the prediction); a tensor for the value would turn the "
-                            "branch into a data-dependent one", False, "the branch is in the model's code")
+        return Prescription(c.kind, c.where, f"# `{c.detail}`: the model's code branches on {v}'s value; once {v} is "
+                            "symbolic, each outcome of the branch keeps its own graph (counted in the prediction); a "
+                            "tensor for the value would turn the branch into a data-dependent one (a graph break)",
+                            False, "the branch is in the model's code")
     if c.kind == "library_range":
         return Prescription(c.kind, c.where, f"# `{c.detail}`: torch's own code specialises this range of "
                             f"{v}.shape[{c.dim}]; sizes outside it get their own graph (counted in the prediction): "
@@ -213,7 +215,8 @@ def for_cause(c: Cause, var: str | None, *, unbacked: bool, is_module: bool, sca
     if c.kind == "python_value" and branched:
         return Prescription(c.kind, c.where, f"# `{c.detail}`: the model's code branches on {v}'s value (see its branch "
                             "row): it stays a Python number; a 0-d tensor would make that branch data-dependent (a graph "
-                            "break); each value it is guarded on keeps its graph (counted in the prediction)", False,
+                            "break); its first value keeps its own graph until it changes, then it is symbolic "
+                            "(counted in the prediction)", False,
                             "the model branches on it")
     if c.kind == "python_value" and flag:
         return Prescription(c.kind, c.where, f"# `{c.detail}`: {v} is a bool, which decides control flow (model.train({v}), "

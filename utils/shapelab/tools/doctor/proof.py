@@ -16,7 +16,7 @@ from .replays import Run, first_line, replay, same_outputs
 
 def residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], names: Names,
                         values: Sequence[str] = (), optional: Sequence[str] = (), branches: Sequence[str] = (),
-                        typed: Sequence[str] = ()) -> int:
+                        typed: Sequence[str] = (), from_start: bool = False, settings: dict | None = None) -> int:
     """How many distinct graphs the fixed program should need per frame: one per distinct key, where a
     key holds, for each marked dimension, its size if it is 0 or 1 (mark_dynamic specialises them, unless
     ``automatic_dynamic_shapes_mark_as="unbacked"`` is set), keyed by argument and dimension; each tensor's
@@ -24,7 +24,9 @@ def residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], name
     by value; a float argument under ``specialize_float=False`` by whether it is the first value),
     ``optional`` (sources keyed by whether they are None), ``branches`` (guard expressions on sizes or values
     the model's code or torch's branches on, keyed by their truth in the call) and ``typed`` (arguments whose
-    type changed, keyed by their type after the plan's per-call lines ran)."""
+    type changed, keyed by their type after the plan's per-call lines ran); ``from_start``: compiled with
+    ``dynamic=True``, where a number is symbolic from its first value (no graph of its own for it); ``settings``: the
+    plan's ``torch._dynamo.config`` values (``specialize_float``), over those active now."""
     from torch._dynamo import config
 
     marked = {(n, d): k for n, d, k in plan.marks}
@@ -44,7 +46,10 @@ def residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], name
         arguments = names.arguments(c)
         for v in values:  # a guarded value the fix leaves alone
             now = names.value(v, c)
-            key.append((v, now == first[v]) if v in arguments and _unspecialised(now) else (v, repr(now)))
+            if v in arguments and _unspecialised(now, settings or {}):
+                key.append((v, True if from_start else now == first[v]))
+            else:
+                key.append((v, repr(now)))
         key += [(v, any(names.value(v, c) is e for e in (None, MISSING))) for v in optional]  # not passed: None
         key += [(b, _truth(names.value(b, c))) for b in branches]
         args = names.arguments(c)
@@ -74,14 +79,15 @@ def residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], name
     return len(sigs)
 
 
-def _unspecialised(value) -> bool:
+def _unspecialised(value, overrides: dict) -> bool:
     """Whether a number argument goes symbolic once it changes (automatic dynamic): the first value keeps its own
     graph and the rest share one; ``specialize_float`` / ``specialize_int`` keep one graph per value instead."""
     from torch._dynamo import config
 
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
-    return not getattr(config, "specialize_float" if isinstance(value, float) else "specialize_int", False)
+    name = "specialize_float" if isinstance(value, float) else "specialize_int"
+    return not overrides.get(name, getattr(config, name, False))
 
 
 def _truth(value) -> object:
