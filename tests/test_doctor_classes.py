@@ -183,6 +183,7 @@ def test_a_branch_on_a_number_under_the_default_is_named_and_its_count_said_plai
     assert branch and branch[0].detail == "y == 2", d.summary()
     assert "torch.tensor(y)" not in d.markdown() and not d.proved and not any(p.applied for p in d.prescriptions)
     assert d.plan.predicted == want[-1] and f"{want[-1]} graph(s) predicted" in d.markdown(), d.markdown()
+    assert "the count is what it is" in d.markdown()
     # torch's guards quote the source line, whose comment holds "; ": one guard each, not split inside the comment
     from shapelab.instruments.observe import _guards_in, cause_of
 

@@ -310,8 +310,8 @@ def _number_guard(cause: str, name: str) -> str:
 
 
 def _symbolic_numbers(ev: Evidence, from_start: bool) -> Callable[[str, str], bool]:
-    """``symbolic(graph_id, name)``: whether the number argument ``name`` was symbolic in that graph, so that its
-    failed ``y == 2`` is the model's branch on y's value (``if y == 2``), not the specialisation of y's first value:
+    """``symbolic(graph_id, guard)``: whether the number argument the guard ``y == 2`` names was symbolic in that
+    graph, so that its failure is the model's branch on y's value (``if y == 2``), not the specialisation of y's first value:
     always under ``dynamic=True`` (``from_start``); else (automatic dynamic) from the graph whose recompile a change
     of its value caused, in that frame's later graphs. ``specialize_int`` / ``specialize_float`` keep it constant."""
     from torch._dynamo import config

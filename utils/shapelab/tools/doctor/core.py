@@ -296,8 +296,9 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
     diag.prescriptions = _merged(rx)
     if recompiles and plan.empty:  # nothing the doctor can apply: the count as is, said plainly, with its prediction
         diag.prescriptions.append(Prescription(
-            "all", "no change applies", f"# no change of the call lowers this count: {plan.predicted} graph(s) predicted "
-            f"from the calls as they are (measured {base.compiles}); the rows above say why", False,
+            "all", "nothing the doctor can apply", f"# nothing here is a change the doctor can make and prove: "
+            f"{plan.predicted} graph(s) predicted from the calls as they are (measured {base.compiles}); each row above "
+            "says what, if anything, changes the count", False,
             "the count is what it is" if plan.predicted == base.compiles else "the prediction missed: see the causes"))
     if not recompiles or plan.empty:
         return diag
