@@ -214,6 +214,24 @@ def test_a_number_kept_as_a_number_under_dynamic_true_costs_no_first_graph():
     assert d.proof.compiles == d.plan.predicted == want, (d.proof.notes, want)
 
 
+def scale(x, t):
+    return x * t
+
+
+@pytest.mark.parametrize("values", [(2, 3, 4, 5), (0.5, 0.7, 0.9, 1.1)])
+def test_the_spec_prediction_keys_numbers_as_torch_compiles_them_without_dynamic(values):
+    # as is under dynamic=True the number costs nothing; the spec is compiled without dynamic=, where (2.13) an int
+    # gets a graph per value and a float's first value its own graph: the spec's prediction says so
+    calls = [Call(torch.randn(n, 3), v) for n, v in zip((4, 1, 5, 6), values)]
+    d = diagnose(scale, calls, dynamic=True, buckets=False)
+    assert d.runs[0].counts == _counts(scale, calls, dynamic=True)
+    spec = next((r for r in d.runs if r.label == "declarative spec"), None)
+    if compat.declarative_spec_keyword() is None:
+        assert spec is None
+        return
+    assert spec.compiles == spec.predicted and not spec.missed, spec.notes
+
+
 def rank_free(x):
     return x * 2
 

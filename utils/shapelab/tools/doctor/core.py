@@ -284,8 +284,13 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
         # the spec's sizes are unbacked: torch's own range guards (conv's ``2 <= s <= 15``) are not installed on them
         unbacked = {(n, d) for n, (_, dims) in p.spec.items() for d in dims}
         kept = [b for b in branches if ranges.get(b) not in unbacked]
+        # the spec is compiled without dynamic=: every number argument keyed as Dynamo keys it then, and with the spec
+        # (2.13, measured) an int is not made symbolic when it changes: one graph per value; a float's first value
+        # keeps its own graph
+        settings = {**p.config, "specialize_int": True} if p.spec else p.config
         return frames * (proof.residual_signatures(calls, auto_plan, sig_kinds, names, readable, optional, kept, typed,
-                                                    from_start=dynamic is True, settings=p.config)
+                                                    from_start=dynamic is True and not p.spec, settings=settings,
+                                                    numbers=bool(p.spec))
                          + min(first_static, 1)) + (extra if not p.pad else 0)
 
     plan.predicted = predict(plan)

@@ -16,7 +16,8 @@ from .replays import Run, first_line, replay, same_outputs
 
 def residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], names: Names,
                         values: Sequence[str] = (), optional: Sequence[str] = (), branches: Sequence[str] = (),
-                        typed: Sequence[str] = (), from_start: bool = False, settings: dict | None = None) -> int:
+                        typed: Sequence[str] = (), from_start: bool = False, settings: dict | None = None,
+                        numbers: bool = False) -> int:
     """How many distinct graphs the fixed program should need per frame: one per distinct key, where a
     key holds, for each marked dimension, its size if it is 0 or 1 (mark_dynamic specialises them, unless
     ``automatic_dynamic_shapes_mark_as="unbacked"`` is set), keyed by argument and dimension; each tensor's
@@ -26,7 +27,9 @@ def residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], name
     the model's code or torch's branches on, keyed by their truth in the call) and ``typed`` (arguments whose
     type changed, keyed by their type after the plan's per-call lines ran); ``from_start``: compiled with
     ``dynamic=True``, where a number is symbolic from its first value (no graph of its own for it); ``settings``: the
-    plan's ``torch._dynamo.config`` values (``specialize_float``), over those active now."""
+    plan's ``torch._dynamo.config`` values (``specialize_float``), over those active now; ``numbers``: key every
+    number argument the plan leaves a number as Dynamo does (a changing float by whether it is its first value),
+    not only those the causes named."""
     from torch._dynamo import config
 
     marked = {(n, d): k for n, d, k in plan.marks}
@@ -70,6 +73,12 @@ def residual_signatures(calls: Sequence[Call], plan: Plan, kinds: set[str], name
                         key.append((path, d, n))
             if isinstance(a, torch.Tensor) or name in typed:
                 pass  # keyed by its dimensions above, or by its type
+            elif isinstance(a, int) and not isinstance(a, bool) and name not in values and not _unspecialised(a, settings or {}):
+                key.append((name, a))  # an int kept constant (specialize_int, or the declarative spec): each value
+            elif numbers and isinstance(a, float) and name not in values and _unspecialised(a, settings or {}):
+                key.append((name, a == names.arguments(calls[0]).get(name)))
+            elif numbers and isinstance(a, float) and name not in values:
+                key.append((name, a))
             elif "identity" in kinds and not isinstance(a, (int, float, bool, str, type(None))):
                 key.append((name, id(a)))
             elif isinstance(a, (int, float)) and not isinstance(a, bool) and "python_value" in kinds and name not in values \
