@@ -275,14 +275,13 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
         extra += 1  # like any int: the first value is specialised, the first change makes it symbolic
         plan.notes.append("a module int attribute made unspecialised still costs one graph for its first value")
 
-    ranges = {_expression(c): (c.shown or c.input, c.dim) for c in cs if c.kind == "library_range"}
-
     def predict(p: Plan) -> int:
         first_static = sum(1 for (v, d), sizes in auto.items() if sizes[0] not in (0, 1)
                            and len({n for n in sizes if n not in (0, 1)}) > 1)  # as automatic dynamic: the first size
         auto_plan = Plan(p.label, p.marks + [(v, d, "dynamic") for (v, d) in auto], list(p.prep), pad=dict(p.pad))
         # the spec's sizes are unbacked: torch's own range guards (conv's ``2 <= s <= 15``) are not installed on them
         unbacked = {(n, d) for n, (_, dims) in p.spec.items() for d in dims}
+        ranges = {_expression(c): (c.shown or c.input, c.dim) for c in cs if c.kind == "library_range"}  # proof's too
         kept = [b for b in branches if ranges.get(b) not in unbacked]
         # the spec is compiled without dynamic=: every number argument keyed as Dynamo keys it then, and with the spec
         # (2.13, measured) an int is not made symbolic when it changes: one graph per value; a float's first value
