@@ -719,8 +719,15 @@ def waste_by_statistics_mean(bs, sample):
     return statistics.mean(min(b for b in bs if b >= n) - n for n in sample)
 
 
+def policy_seconds_to_the_microsecond(requests, policies):
+    # the right policy, its cost "to the microsecond": the question asks for what it costs, not a rounding of it
+    name, seconds = policy_sorted(requests, policies)
+    return name, round(seconds, 6)
+
+
 WRONG_6 = [
     ("choose_buckets", "my_waste rounded to two decimals", WasteReported(waste_rounded_to_two)),
+    ("choose_policy", "the total seconds rounded to the microsecond", policy_seconds_to_the_microsecond),
 ]
 RIGHT_6 = [
     ("choose_buckets", "my_waste as an exact fraction", WasteReported(waste_as_a_fraction)),

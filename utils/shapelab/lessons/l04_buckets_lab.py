@@ -518,6 +518,15 @@ def _total(p: Policy, requests: int) -> float:
     return p.graphs * p.compile_s + requests * p.per_request_s
 
 
+def _seconds_hint(seconds: float, total: float) -> str:
+    """The idea a near miss got wrong: the cost rounded to some decimals, or computed in float32; "" otherwise."""
+    if any(math.isclose(seconds, round(total, d), rel_tol=1e-12, abs_tol=1e-15) for d in range(0, 10)):
+        return "; it is that cost rounded: report it as computed, not rounded"
+    if math.isclose(seconds, total, rel_tol=1e-6):
+        return "; it agrees only to float32 precision: compute the totals in Python floats (or float64)"
+    return ""
+
+
 def check_choose_policy(choose: Callable, base: Sequence[Policy]) -> tuple[bool, str]:
     """``choose(requests, policies)`` -> ``(name, total_seconds)``: the cheapest policy in total and
     what it costs, on hidden scenarios; both recomputed here."""
@@ -543,10 +552,12 @@ def check_choose_policy(choose: Callable, base: Sequence[Policy]) -> tuple[bool,
         by_name = {p.name: p for p in scenario}
         if name not in by_name:
             return False, f"choose_policy returned the name {name!r}; the policies are {', '.join(by_name)}"
+        total = _total(by_name[name], requests)
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isclose(
-                seconds, _total(by_name[name], requests), rel_tol=1e-6, abs_tol=1e-12):
+                seconds, total, rel_tol=1e-12, abs_tol=1e-15):  # two products and a sum: float64 is off by ulps
             return False, (f"for {requests:,} requests the seconds you give for '{name}' are not what its graphs and "
-                           "requests cost (graphs x compile + requests x per request)")
+                           "requests cost (graphs x compile + requests x per request)"
+                           + (_seconds_hint(seconds, total) if isinstance(seconds, (int, float)) else ""))
         best = min(_total(p, requests) for p in scenario)
         if _total(by_name[name], requests) > best * (1 + 1e-9) + 1e-12:
             close = _total(by_name[name], requests) < best * (1 + 1e-6)
