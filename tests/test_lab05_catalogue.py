@@ -538,56 +538,6 @@ test_wrong_answer_is_rejected_5, test_correct_alternative_is_accepted_5, _ = cat
 
 # --- round six (issue 38's leftovers): ex2 over batches of any size; ex4's share at float rounding -------------------
 
-def promise_cap_on_the_batch(x, scores):
-    # "the compiler wants a range": a cap on the batch above every batch shown; the workload sends batches of any size
-    kept = x[scores > THRESHOLD]
-    torch._check(kept.shape[0] >= 4)
-    torch._check(x.shape[0] <= 128)
-    if kept.shape[0] >= 4:
-        return kept[:4].sum(0)
-    return kept.sum(0)
-
-
-def promise_huge_cap_on_the_batch(x, scores):
-    # the same idea with a cap "no batch could ever reach": still a cap the workload never promised
-    kept = x[scores > THRESHOLD]
-    torch._check(kept.shape[0] >= 4)
-    torch._check(x.shape[0] <= 100_000)
-    if kept.shape[0] >= 4:
-        return kept[:4].sum(0)
-    return kept.sum(0)
-
-
-def promise_as_a_share_of_the_batch(x, scores):
-    # "at least four rows" read as a share of a batch of about a hundred: at least 4% of the batch is kept
-    kept = x[scores > THRESHOLD]
-    torch._check(kept.shape[0] >= 4)
-    torch._check(kept.shape[0] * 25 >= x.shape[0])
-    if kept.shape[0] >= 4:
-        return kept[:4].sum(0)
-    return kept.sum(0)
-
-
-def promise_and_the_batch_too(x, scores):
-    """Correct, written differently: the kept rows' promise, and the batch's (at least four rows: true of the domain)."""
-    kept = x[scores > THRESHOLD]
-    torch._check(kept.shape[0] >= 4)
-    torch._check(x.shape[0] >= 4)
-    if kept.shape[0] >= 4:
-        return kept[:4].sum(0)
-    return kept.sum(0)
-
-
-def promise_kept_within_the_batch(x, scores):
-    """Correct, written differently: at least four kept, and never more than the batch (true of every batch)."""
-    kept = x[scores > THRESHOLD]
-    torch._check(kept.shape[0] >= 4)
-    torch._check(kept.shape[0] <= x.shape[0])
-    if kept.shape[0] >= 4:
-        return kept[:4].sum(0)
-    return kept.sum(0)
-
-
 def _shares(routes, experts, f):
     return [1 - torch.bincount(e, minlength=experts).clamp(max=capacity(e.numel(), experts, f)).sum().item()
             / e.numel() for e in routes]
@@ -637,15 +587,22 @@ def factor_float64_tensors(routes, experts, factors, budget):
 
 
 WRONG_6 = [
-    ("promise", "a cap on the batch size above every batch shown (128 rows)", promise_cap_on_the_batch),
-    ("promise", "a cap on the batch size no batch 'could ever reach' (100,000 rows)", promise_huge_cap_on_the_batch),
-    ("promise", "'at least four' read as a share of the batch (4 in 100)", promise_as_a_share_of_the_batch),
+    # "the compiler wants a range": a cap on the batch above every batch shown; the workload sends batches of any size
+    ("promise", "a cap on the batch size above every batch shown (128 rows)",
+     _first_four_with(lambda kept, x: torch._check(x.shape[0] <= 128))),
+    ("promise", "a cap on the batch size no batch 'could ever reach' (100,000 rows)",
+     _first_four_with(lambda kept, x: torch._check(x.shape[0] <= 100_000))),
+    # "at least four rows" read as a share of a batch of about a hundred: at least 4% of the batch is kept
+    ("promise", "'at least four' read as a share of the batch (4 in 100)",
+     _first_four_with(lambda kept, x: torch._check(kept.shape[0] * 25 >= x.shape[0]))),
     ("choose_factor", "the dropped share rounded to six decimals", factor_share_to_six_decimals),
     ("choose_factor", "the dropped share computed in float32 tensors", factor_share_in_float32),
 ]
 RIGHT_6 = [
-    ("promise", "the batch's own minimum promised too", promise_and_the_batch_too),
-    ("promise", "the kept rows bounded by the batch, which is always true", promise_kept_within_the_batch),
+    ("promise", "the batch's own minimum promised too (true of the domain)",
+     _first_four_with(lambda kept, x: torch._check(x.shape[0] >= 4))),
+    ("promise", "the kept rows bounded by the batch, which is always true",
+     _first_four_with(lambda kept, x: torch._check(kept.shape[0] <= x.shape[0]))),
     ("choose_factor", "exact fractions, turned into a float at the end", factor_exact_fractions),
     ("choose_factor", "dropped / T in float64 tensors", factor_float64_tensors),
 ]
