@@ -20,7 +20,8 @@ sizes, one token, one expert, batches of unequal length.
 - ``check_moe(candidate, route, capacity)``: fixed-capacity top-1 MoE where a full expert keeps
   its *most confident* tokens (not the first to arrive, as in the lesson).
 - ``check_choose_factor(candidate, capacity)``: the smallest capacity factor within a dropped-token
-  budget, with the dropped share that justifies it, on generated routings.
+  budget, with the dropped share that justifies it, on generated routings; the share compared with the exact
+  fraction at float64 rounding (a share rounded, or computed in float32, is another number).
 """
 from __future__ import annotations
 
@@ -286,8 +287,8 @@ def check_promise(candidate: Callable, threshold: float, at_least: int = 4) -> t
     state under ``fullgraph=True``, it compiles one graph for batches that keep exactly ``at_least``,
     a few more and every row (so a promise of more than the guarantee, a lower bound too high or an
     upper bound the batches reach, fails at run time), the compiler's range for ``u0`` starts at ``at_least``,
-    compiled once more with the batch size a symbol its range has no upper end (a cap of any size, past any
-    batch sent, shows there), and results equal the original's.
+    compiled once more with the batch size a symbol neither its range nor the batch's has an upper end (a cap of
+    any size, past any batch sent, shows there), and results equal the original's.
     """
     if _is_stub(candidate):
         return False, "no function yet: copy the function and add the promise"
@@ -361,7 +362,8 @@ def check_promise(candidate: Callable, threshold: float, at_least: int = 4) -> t
 def _upper_bound_promised(candidate: Callable, threshold: float, at_least: int, dim: int) -> str:
     """Compile ``candidate`` once more with the batch size a symbol (``dynamic=True``): then nothing but a promise
     bounds ``u0`` from above, so a cap of any size (``<= 1024``, ``_check_is_size(..., max=...)``) shows in its
-    range, past any batch the check could afford to send. "" when ``u0`` has no upper bound."""
+    range, past any batch the check could afford to send; a cap on the batch itself (``x.shape[0] <= 128``) shows in
+    the range of the batch's symbol. "" when neither has an upper bound."""
     import logging
 
     from ..instruments.observe import Observer
