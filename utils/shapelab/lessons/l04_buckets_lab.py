@@ -342,8 +342,8 @@ def _padding(buckets: Sequence[int], lengths: Sequence[int]) -> int:
 
 def check_choose_buckets(choose: Callable, sample: Sequence[int], max_len: int, budget: int, my_buckets,
                          my_waste, hidden: Sequence[tuple] | None = None) -> tuple[bool, str]:
-    """``choose(lengths, L, budget)`` -> a bucket set: the least waste on hidden samples (exactly: padded tokens are whole numbers),
-    and on the lab's sample ``my_buckets = choose(sample, L, budget)`` with ``my_waste``, its mean
+    """``choose(lengths, L, budget)`` -> a bucket set: the least waste on hidden samples (compared exactly: padded
+    tokens are whole numbers), and on the lab's sample ``my_buckets = choose(sample, L, budget)`` with ``my_waste``, its mean
     wasted tokens per request, which the check recomputes."""
     if (why := _unanswered(choose) or shortcut_feedback(choose, "your choose_buckets")):
         return False, why

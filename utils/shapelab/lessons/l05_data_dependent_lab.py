@@ -309,8 +309,8 @@ def check_promise(candidate: Callable, threshold: float, at_least: int = 4) -> t
     except RuntimeError as e:  # run eagerly, a torch._check that is false raises "Expected cond to be True"
         if "Expected cond to be True" not in str(e):
             raise
-        return False, (f"run without compiling, your promise failed on a batch of {rows} rows keeping {kept_counts[0]}: "
-                       "it is stronger than the workload's guarantee. Promise what is true of every batch, no more")
+        return False, (f"run without compiling, your promise failed on a batch of {rows} rows keeping "
+                       f"{kept_counts[0]}: it is stronger than the workload's guarantee. Promise what is true of every batch, no more")
     if problems:
         return False, problems[0]
     if out is None or out is Ellipsis:
