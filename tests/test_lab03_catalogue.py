@@ -521,10 +521,11 @@ def test_exercise_3_accepts_a_soft_mark(lengths_service):
     assert ok, msg
 
 
-def test_exercise_5_accepts_the_default_policy_for_c():
-    # correct: automatic dynamic gives C a static graph, then one symbolic graph: two, no padding, no fall-back
+def test_exercise_5_rejects_the_default_policy_for_c():
+    # (was accepted: C's old hidden sample had no length of 1) "automatic dynamic is one static graph, then one
+    # symbolic graph: two at most": a request of length 1 after them is specialised, a third graph (C starts at 1)
     ok, msg = LAB.check_choices(_choices({"A": "bucket128", "B": "raise_limit", "C": "default"}))
-    assert ok, msg
+    assert not ok and "length of 1" in msg, msg
 
 
 # -- third round (issue 29): grader state reached through an object ------------------------------------

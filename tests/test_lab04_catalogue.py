@@ -697,3 +697,41 @@ WRONG_5 = [
 RIGHT_5 = [("choose_buckets", "a bottom-up table over prefix sums", buckets_by_prefix_sums)]
 
 test_wrong_answer_is_rejected_5, test_correct_alternative_is_accepted_5, _ = catalogue_tests(WRONG_5, RIGHT_5, judge, leaks)
+
+
+# --- round six (issue 38's leftovers): my_waste and the optimum compared as exactly as they are asked for ---------
+
+def waste_rounded_to_two(bs, sample):
+    # "tokens to two decimals is precise enough": the question asks for the mean itself, a ratio of whole numbers
+    return round(_waste(sorted(bs), sample), 2)
+
+
+def waste_as_a_fraction(bs, sample):
+    """Correct, written differently: the mean waste as an exact fraction, made a float at the end."""
+    from fractions import Fraction
+
+    bs = sorted(bs)
+    return float(Fraction(sum(bs[bisect.bisect_left(bs, n)] - n for n in sample), len(sample)))
+
+
+def waste_by_statistics_mean(bs, sample):
+    """Correct, written differently: statistics.mean of each request's padding (exact for whole numbers)."""
+    return statistics.mean(min(b for b in bs if b >= n) - n for n in sample)
+
+
+def policy_seconds_to_the_microsecond(requests, policies):
+    # the right policy, its cost "to the microsecond": the question asks for what it costs, not a rounding of it
+    name, seconds = policy_sorted(requests, policies)
+    return name, round(seconds, 6)
+
+
+WRONG_6 = [
+    ("choose_buckets", "my_waste rounded to two decimals", WasteReported(waste_rounded_to_two)),
+    ("choose_policy", "the total seconds rounded to the microsecond", policy_seconds_to_the_microsecond),
+]
+RIGHT_6 = [
+    ("choose_buckets", "my_waste as an exact fraction", WasteReported(waste_as_a_fraction)),
+    ("choose_buckets", "my_waste by statistics.mean", WasteReported(waste_by_statistics_mean)),
+]
+
+test_wrong_answer_is_rejected_6, test_correct_alternative_is_accepted_6, _ = catalogue_tests(WRONG_6, RIGHT_6, judge, leaks)

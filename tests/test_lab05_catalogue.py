@@ -534,3 +534,77 @@ WRONG_5 = [
 RIGHT_5 = [("fixed_shape", "the norm replaced by 1 where the row is not kept", dense_where_divides_by_one)]
 
 test_wrong_answer_is_rejected_5, test_correct_alternative_is_accepted_5, _ = catalogue_tests(WRONG_5, RIGHT_5, judge, leaks)
+
+
+# --- round six (issue 38's leftovers): ex2 over batches of any size; ex4's share at float rounding -------------------
+
+def _shares(routes, experts, f):
+    return [1 - torch.bincount(e, minlength=experts).clamp(max=capacity(e.numel(), experts, f)).sum().item()
+            / e.numel() for e in routes]
+
+
+def factor_share_to_six_decimals(routes, experts, factors, budget):
+    # the share rounded to six decimals "as precise as anyone reads it": the question asks for the share itself
+    for f in sorted(factors):
+        share = sum(_shares(routes, experts, f)) / len(_shares(routes, experts, f))
+        if share <= budget:
+            return f, round(share, 6)
+    return None
+
+
+def factor_share_in_float32(routes, experts, factors, budget):
+    # the share as a tensor: an integer count divided by T is float32, good to about seven digits
+    for f in sorted(factors):
+        per = [1 - torch.bincount(e, minlength=experts).clamp(max=capacity(e.numel(), experts, f)).sum() / e.numel()
+               for e in routes]
+        share = torch.stack(per).mean()
+        if share.item() <= budget:
+            return f, share.item()
+    return None
+
+
+def factor_exact_fractions(routes, experts, factors, budget):
+    """Correct, written differently: each batch's share as an exact fraction, their mean as a float at the end."""
+    from fractions import Fraction
+
+    for f in sorted(factors):
+        per = [Fraction(e.numel() - torch.bincount(e, minlength=experts).clamp(max=capacity(e.numel(), experts, f))
+                        .sum().item(), e.numel()) for e in routes]
+        share = float(sum(per) / len(per))
+        if share <= budget:
+            return f, share
+    return None
+
+
+def factor_float64_tensors(routes, experts, factors, budget):
+    """Correct, written differently: dropped / T per batch in float64 tensors, the mean by torch."""
+    for f in sorted(factors):
+        per = torch.stack([(torch.bincount(e, minlength=experts) - capacity(e.numel(), experts, f)).clamp(min=0)
+                           .sum().double() / e.numel() for e in routes])
+        if per.mean().item() <= budget:
+            return f, per.mean().item()
+    return None
+
+
+WRONG_6 = [
+    # "the compiler wants a range": a cap on the batch above every batch shown; the workload sends batches of any size
+    ("promise", "a cap on the batch size above every batch shown (128 rows)",
+     _first_four_with(lambda kept, x: torch._check(x.shape[0] <= 128))),
+    ("promise", "a cap on the batch size no batch 'could ever reach' (100,000 rows)",
+     _first_four_with(lambda kept, x: torch._check(x.shape[0] <= 100_000))),
+    # "at least four rows" read as a share of a batch of about a hundred: at least 4% of the batch is kept
+    ("promise", "'at least four' read as a share of the batch (4 in 100)",
+     _first_four_with(lambda kept, x: torch._check(kept.shape[0] * 25 >= x.shape[0]))),
+    ("choose_factor", "the dropped share rounded to six decimals", factor_share_to_six_decimals),
+    ("choose_factor", "the dropped share computed in float32 tensors", factor_share_in_float32),
+]
+RIGHT_6 = [
+    ("promise", "the batch's own minimum promised too (true of the domain)",
+     _first_four_with(lambda kept, x: torch._check(x.shape[0] >= 4))),
+    ("promise", "the kept rows bounded by the batch, which is always true",
+     _first_four_with(lambda kept, x: torch._check(kept.shape[0] <= x.shape[0]))),
+    ("choose_factor", "exact fractions, turned into a float at the end", factor_exact_fractions),
+    ("choose_factor", "dropped / T in float64 tensors", factor_float64_tensors),
+]
+
+test_wrong_answer_is_rejected_6, test_correct_alternative_is_accepted_6, _ = catalogue_tests(WRONG_6, RIGHT_6, judge, leaks)

@@ -27,17 +27,19 @@ that calls into the course library while it runs, however it got there (``course
 """
 from __future__ import annotations
 
+import bisect
 import math
 import random
 import statistics
 import time
 from collections import namedtuple
+from fractions import Fraction
 from typing import Callable, Sequence
 
 import torch
 
 from ..instruments import compat
-from ..instruments.bucketing import check_bucket_set, expected_waste, optimal_buckets
+from ..instruments.bucketing import check_bucket_set, optimal_buckets
 from ..instruments.traffic import request_lengths
 from ..labkit.answers import course_calls, flipped_feedback, one_thread, shortcut_feedback, watch_settings
 from ..labkit.checks import case_rng
@@ -331,10 +333,17 @@ def bucket_samples(rng: random.Random | None = None) -> list[tuple[list[int], in
     return out
 
 
+def _padding(buckets: Sequence[int], lengths: Sequence[int]) -> int:
+    """The padded tokens of ``lengths``, each at the smallest of ``buckets`` that holds it: a whole number, so two
+    bucket sets compare exactly."""
+    bs = sorted(buckets)
+    return sum(bs[bisect.bisect_left(bs, n)] - n for n in lengths)
+
+
 def check_choose_buckets(choose: Callable, sample: Sequence[int], max_len: int, budget: int, my_buckets,
                          my_waste, hidden: Sequence[tuple] | None = None) -> tuple[bool, str]:
-    """``choose(lengths, L, budget)`` -> a bucket set: the least waste on hidden samples (within 1%),
-    and on the lab's sample ``my_buckets = choose(sample, L, budget)`` with ``my_waste``, its mean
+    """``choose(lengths, L, budget)`` -> a bucket set: the least waste on hidden samples (compared exactly: padded
+    tokens are whole numbers), and on the lab's sample ``my_buckets = choose(sample, L, budget)`` with ``my_waste``, its mean
     wasted tokens per request, which the check recomputes."""
     if (why := _unanswered(choose) or shortcut_feedback(choose, "your choose_buckets")):
         return False, why
@@ -353,7 +362,7 @@ def check_choose_buckets(choose: Callable, sample: Sequence[int], max_len: int, 
             bs = check_bucket_set(got, L, b)
         except (TypeError, ValueError) as e:
             return False, f"for {what}: {e}"
-        if expected_waste(bs, lengths, L) > expected_waste(optimal_buckets(lengths, L, b), lengths, L) * 1.01 + 1e-9:
+        if _padding(bs, lengths) > _padding(optimal_buckets(lengths, L, b), lengths):  # the least, not nearly
             return False, (f"for {what} your buckets waste more tokens per request than the best set within "
                            "that budget: a bucket could sit closer to the lengths it serves")
     if my_buckets is None or my_buckets is Ellipsis:
@@ -362,13 +371,16 @@ def check_choose_buckets(choose: Callable, sample: Sequence[int], max_len: int, 
         mine = check_bucket_set(my_buckets, max_len, budget)
     except (TypeError, ValueError) as e:
         return False, f"my_buckets: {e}"
-    if expected_waste(mine, sample, max_len) > expected_waste(list(choose(list(sample), max_len, budget)), sample, max_len) + 1e-9:
+    if _padding(mine, sample) > _padding(check_bucket_set(choose(list(sample), max_len, budget), max_len), sample):
         return False, "my_buckets is not what your choose_buckets gives for the lab's sample"
     if my_waste is None or my_waste is Ellipsis or isinstance(my_waste, bool) or not isinstance(my_waste, (int, float)):
         return False, "my_waste must be a number: the mean wasted tokens per request of my_buckets on the sample"
-    if not math.isclose(my_waste, expected_waste(mine, sample, max_len), rel_tol=1e-3, abs_tol=1e-3):
+    exact = Fraction(_padding(mine, sample), len(sample))  # a ratio of whole numbers: a float64 of it is off by ulps
+    if abs(my_waste - exact) > 1e-12 * max(1, abs(exact)):
+        rounded = any(abs(my_waste - round(exact, d)) <= 1e-12 * max(1, abs(exact)) for d in range(0, 11))
         return False, ("my_waste is not the mean wasted tokens per request of my_buckets on the sample: "
-                       "compute it from the sample (each request runs at the smallest bucket that holds it)")
+                       + ("it is that mean rounded: report it as computed, not rounded" if rounded else
+                          "compute it from the sample (each request runs at the smallest bucket that holds it)"))
     return True, (f"the least waste on the lab's sample and on {len(samples) - 1} hidden samples (budgets from 1, "
                   "one length only, all at L), and the waste you report is right")
 
@@ -506,6 +518,15 @@ def _total(p: Policy, requests: int) -> float:
     return p.graphs * p.compile_s + requests * p.per_request_s
 
 
+def _seconds_hint(seconds: float, total: float) -> str:
+    """The idea a near miss got wrong: the cost rounded to some decimals, or computed in float32; "" otherwise."""
+    if any(math.isclose(seconds, round(total, d), rel_tol=1e-12, abs_tol=1e-15) for d in range(0, 10)):
+        return "; it is that cost rounded: report it as computed, not rounded"
+    if math.isclose(seconds, total, rel_tol=1e-6):
+        return "; it agrees only to float32 precision: compute the totals in Python floats (or float64)"
+    return ""
+
+
 def check_choose_policy(choose: Callable, base: Sequence[Policy]) -> tuple[bool, str]:
     """``choose(requests, policies)`` -> ``(name, total_seconds)``: the cheapest policy in total and
     what it costs, on hidden scenarios; both recomputed here."""
@@ -531,10 +552,12 @@ def check_choose_policy(choose: Callable, base: Sequence[Policy]) -> tuple[bool,
         by_name = {p.name: p for p in scenario}
         if name not in by_name:
             return False, f"choose_policy returned the name {name!r}; the policies are {', '.join(by_name)}"
+        total = _total(by_name[name], requests)
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isclose(
-                seconds, _total(by_name[name], requests), rel_tol=1e-6, abs_tol=1e-12):
+                seconds, total, rel_tol=1e-12, abs_tol=1e-15):  # two products and a sum: float64 is off by ulps
             return False, (f"for {requests:,} requests the seconds you give for '{name}' are not what its graphs and "
-                           "requests cost (graphs x compile + requests x per request)")
+                           "requests cost (graphs x compile + requests x per request)"
+                           + (_seconds_hint(seconds, total) if isinstance(seconds, (int, float)) else ""))
         best = min(_total(p, requests) for p in scenario)
         if _total(by_name[name], requests) > best * (1 + 1e-9) + 1e-12:
             close = _total(by_name[name], requests) < best * (1 + 1e-6)
