@@ -35,6 +35,21 @@ def test_output_counts_read_lines_rows_ledgers_and_figures_as_shown():
     assert readtime.output_counts(code("x", outputs=[figure, widget])) == {"figures": 1}
     plain = out("execute_result", data={"text/plain": "(1, 2)\n"}, execution_count=1)
     assert readtime.output_counts(code("x", outputs=[plain])) == {"lines": 1}
+    long = "x" * (2 * readtime.WRAP_CHARS + 1)   # a log line of 201 characters wraps to three screen lines
+    assert readtime.output_counts(code("x", outputs=[out("stream", name="stderr", text=f"{long}\nshort\n")])) == {"lines": 4}
+
+
+def test_a_prompt_counts_each_answer_it_asks_for_and_a_question_without_the_marker_counts():
+    two = "> **Predict first.** Which of the six raise? What shape does `z.amax(dim=1)` have (`?`)?"
+    assert readtime.answers(two) == 2 and readtime.answers("> **Post question.** Write the count.") == 1
+    assert readtime.asks(two) and readtime.asks("Now think like a compiler. What is the output? And the strides?")
+    assert not readtime.asks("## 1. What do sizes 0 and 1 do?") and not readtime.asks("Try: this (why?); that.")
+    cells = [md(two), md("Think first: what does it print? And why?"),
+             md("## Self-check\n\n<details><summary>Which compile? And the smallest warm-up?</summary>A.</details>")]
+    t = readtime.lesson_time(cells, run_seconds=0)
+    assert (t.prompts, t.further_answers, t.self_checks, t.further_check_answers) == (2, 2, 1, 1)
+    assert math.isclose(t.prompt_minutes, (2 + 2 * readtime.FURTHER_ANSWER_SHARE) * readtime.PROMPT_MINUTES
+                        + (1 + readtime.FURTHER_ANSWER_SHARE) * readtime.SELF_CHECK_MINUTES)
 
 
 @pytest.mark.parametrize("text, runs", [
@@ -43,6 +58,7 @@ def test_output_counts_read_lines_rows_ledgers_and_figures_as_shown():
     ("Try:\n\n- batch 1 after `8, 16`, then add `1`; then find a shorter warm-up;\n- batch 0;\n- policy `True`.", 5),
     ("Try: kept share 50 → 100 (why?); rewrite on", 3),
     ("Change the controls and press Run.", 0),
+    ("Try: batch 1; the smallest warm-up you can find that compiles nothing; batch 0.", 2 + readtime.SEARCH_RUNS),
 ])
 def test_try_runs_counts_each_setting_the_sentence_asks_for(text, runs):
     assert readtime.try_runs(text) == runs
@@ -61,6 +77,9 @@ def test_lesson_time_adds_outputs_self_checks_and_try_runs_to_their_part():
     outputs = {"c1": {"lines": 12}, "c6": {"table_rows": 15, "table_cells": 45, "figures": 1}}
     t = readtime.lesson_time(_lesson(), run_seconds=0, outputs=outputs)
     assert (t.lines, t.table_rows, t.self_checks, t.try_runs, t.bench) == (12, 0, 2, 3, True)
+    shown = _lesson()
+    shown[2]["metadata"] = {"shapelab": {"try_first_shown": True}}   # "x" is the bench as it first shows
+    assert readtime.lesson_time(shown).try_runs == 2
     assert (t.further_table_rows, t.further_figures, t.further_try_runs, t.further_bench) == (15, 1, 1, True)
     assert math.isclose(t.main.output_minutes, 12 * readtime.OUTPUT_LINE_SECONDS / 60)
     assert math.isclose(t.further.output_minutes, (45 * readtime.TABLE_CELL_SECONDS + readtime.FIGURE_SECONDS) / 60)
@@ -85,9 +104,13 @@ def test_the_record_stores_a_runs_outputs_and_says_when_a_run_differs(tmp_path):
     executed.cells[1].outputs = [out("stream", name="stdout", text="line\n" * 12)]
     record = tmp_path / "record.json"
     assert readtime.stale_record(lesson, executed.cells, record) is not None   # nothing recorded yet
+    assert readtime.measure(lesson, tmp_path / "none.jsonl", record).run_seconds == readtime.RUN_BUDGET_S
+    executed.cells[3].metadata["shapelab"] = {"seconds": 4.5}   # as tests/nbval_capture.py keeps a cell's time
     readtime.write_record({lesson: executed.cells}, record)
-    assert readtime.recorded_outputs(lesson, record) == {"c1": {"lines": 12}}
-    assert readtime.measure(lesson, tmp_path / "none.jsonl", record).lines == 12
+    assert readtime.recorded_outputs(lesson, record) == {"c1": {"lines": 12}, "c3": {"seconds": 4.5}}
+    measured = readtime.measure(lesson, tmp_path / "none.jsonl", record)
+    assert measured.lines == 12 and measured.run_seconds == 4.5   # the run the record was made from, measured
+    assert readtime.section_table(lesson, None, record).splitlines()[3].endswith("| 4 s |")   # no executed copy: the record's
     assert readtime.stale_record(lesson, executed.cells, record) is None
     executed.cells[1].outputs = [out("stream", name="stdout", text="line\n" * 30)]   # 1.5 minutes more to read
     assert "printed 2.5" in readtime.stale_record(lesson, executed.cells, record)

@@ -13,16 +13,25 @@ A lesson's time is what a careful reader spends on its main path, the cells befo
   (``FIGURE_SECONDS``); a folded log counts its visible summary line only (opening it is Going-further reading), a
   widget nothing (the bench is counted below). Counted from an executed copy of the lesson (tests/test_notebooks.py
   keeps one under test-artifacts/executed/) and kept, per cell id, in ``RECORD`` (``--record`` rewrites it), so a
-  fresh clone measures what the last run printed; the lesson's nbval test fails when the record no longer matches;
+  fresh clone measures what the last run printed; the lesson's nbval test fails when the record no longer matches.
+  A printed line counts as the screen lines it wraps to, ``WRAP_CHARS`` characters each (JupyterLab wraps stream
+  output, ``pre-wrap``; 100 is an estimate for a 1280 px window with the file browser open, not a measurement);
 - prompts: ``PROMPT_MINUTES`` for each "Predict first" and each self-check "Post question" (thinking and writing
   the answer down takes the same minute for both), ``SELF_CHECK_MINUTES`` for each self-check question whose answer
-  is folded (``<details><summary>``: a reader answers it in their head before opening it);
+  is folded (``<details><summary>``: a reader answers it in their head before opening it); a question counts
+  ``FURTHER_ANSWER_SHARE`` of its time again for each further answer it asks for, counted as its question marks
+  (``answers``: "Which raise? What shape?" is two answers); prose that ends with a question counts as a prompt too
+  (``asks``: the learner answers it before the next cell shows the answer);
 - the bench: ``BENCH_MINUTES`` to read it as it first shows (controls, panes), and ``TRY_MINUTES`` for each run
   its "Try:" sentence asks for (set the controls, press Run, read the panes against the question): its items,
   separated by ";" or bullets, each one run plus one for each further setting it names ("then", "against",
-  "with and without", "→");
-- the run: the seconds the lesson took to execute at CI size on a CPU (tests/test_notebooks.py records them
-  in test-artifacts/timings.jsonl; without a record, the CI budget of ``RUN_BUDGET_S``, its upper bound).
+  "with and without", "→"); an item that asks the reader to find something ("the smallest warm-up you can find")
+  ``SEARCH_RUNS`` runs (lesson 02's search took three: a warm-up of 1 and of 8, 1 compile while serving, 1, 8 does
+  not); when the Try cell's metadata says ``shapelab.try_first_shown``, its first run is the bench as it first
+  shows, already counted by ``BENCH_MINUTES``;
+- the run: the seconds the lesson's cells took in the run ``RECORD`` was made from (each cell's ``seconds``);
+  without a record, the CPU seconds of test-artifacts/timings.jsonl; without either, the CI budget of
+  ``RUN_BUDGET_S``, its upper bound.
 
 ``python -m shapelab.labkit.readtime`` prints every lesson's figures (``--sections``: per section, the tables of
 INSTRUCTOR.md); the title cell states the total and tests/test_lesson_pages.py fails when the two drift apart.
@@ -45,6 +54,9 @@ LEDGER_ROW_SECONDS = 15
 FIGURE_SECONDS = 20
 PROMPT_MINUTES = 1
 SELF_CHECK_MINUTES = 0.5
+FURTHER_ANSWER_SHARE = 0.5  # each further answer a prompt or a folded question asks for: half the first one's time
+WRAP_CHARS = 100   # an output line wraps to one screen line per WRAP_CHARS characters (not measured: see the docstring)
+SEARCH_RUNS = 3    # a "Try:" item that asks the reader to find something: the runs lesson 02's search took
 BENCH_MINUTES = 1
 TRY_MINUTES = 1
 RUN_BUDGET_S = 60
@@ -55,8 +67,10 @@ PROMPTS = (PROMPT, POST_QUESTION)  # the markdown openings that ask the learner 
 GOING_FURTHER = re.compile(r"^\s{0,3}#{1,6}\s.*going further", re.I)
 LAB_BENCH = re.compile(r"^\s{0,3}#{1,6}\s(?:\d+\.\s*)?lab bench", re.I)
 SELF_CHECK_QUESTION = re.compile(r"<details>\s*<summary>", re.I)
+SUMMARY = re.compile(r"<details>\s*<summary>(.*?)</summary>", re.I | re.S)
 TRY = re.compile(r"\bTry:\s*(.*)", re.S)
 FURTHER_RUN = re.compile(r"\bthen\b|\bagainst\b|\bwith and without\b|→", re.I)
+SEARCH = re.compile(r"\byou can find\b|\bfind the\b", re.I)
 RECORD = Path(__file__).with_name("readtime_outputs.json")  # what each lesson's cells printed, per cell id
 OUTPUT_KINDS = ("lines", "table_rows", "table_cells", "ledger_rows", "figures")
 _HTML = re.compile(r"<[^>]+>")
@@ -71,6 +85,8 @@ class Part:
     code_lines: int = 0
     prompts: int = 0
     self_checks: int = 0
+    further_answers: int = 0        # answers a prompt asks for beyond its first
+    further_check_answers: int = 0  # questions a folded self-check question asks beyond its first
     lines: int = 0          # lines of printed text and log
     table_rows: int = 0
     table_cells: int = 0    # the filled cells of those rows
@@ -92,7 +108,12 @@ class Part:
     def reading_minutes(self) -> float:
         """Everything but the run: prose, code, outputs, prompts, the bench."""
         return (self.words / WORDS_PER_MINUTE + self.code_lines / CODE_LINES_PER_MINUTE + self.output_minutes
-                + self.prompts * PROMPT_MINUTES + self.self_checks * SELF_CHECK_MINUTES + self.bench_minutes)
+                + self.prompt_minutes + self.bench_minutes)
+
+    @property
+    def prompt_minutes(self) -> float:
+        return ((self.prompts + FURTHER_ANSWER_SHARE * self.further_answers) * PROMPT_MINUTES
+                + (self.self_checks + FURTHER_ANSWER_SHARE * self.further_check_answers) * SELF_CHECK_MINUTES)
 
 
 @dataclass
@@ -106,7 +127,7 @@ class LessonTime:
     def __getattr__(self, name):   # t.words, t.prompts, t.bench ...: the main path's; t.further_words: Going further's
         if name.startswith("further_") and name[8:] in {f.name for f in fields(Part)}:
             return getattr(self.further, name[8:])
-        if name in {f.name for f in fields(Part)} | {"output_minutes", "bench_minutes"}:
+        if name in {f.name for f in fields(Part)} | {"output_minutes", "bench_minutes", "prompt_minutes"}:
             return getattr(self.main, name)
         raise AttributeError(name)
 
@@ -124,12 +145,14 @@ class LessonTime:
         further = f"; *Going further* adds about {self.further_minutes}" if self.further_minutes else ""
         prompts = f"{m.prompts} {'prompt' if m.prompts == 1 else 'prompts'}" + (
             f" and {m.self_checks} self-check {'question' if m.self_checks == 1 else 'questions'}" if m.self_checks else "")
+        n = m.further_answers + m.further_check_answers
+        answers = f", {n} further {'answer' if n == 1 else 'answers'}" if n else ""
         figures = f", {m.figures} {'figure' if m.figures == 1 else 'figures'}" if m.figures else ""
         bench = f", the bench {m.bench_minutes:.0f} (with its {m.try_runs} \"Try:\" runs)" if m.bench else ""
         return (f"{self.minutes} minutes, measured: prose {m.words / WORDS_PER_MINUTE:.0f} ({m.words:,} words), "
                 f"code {m.code_lines / CODE_LINES_PER_MINUTE:.0f} ({m.code_lines} lines), outputs "
                 f"{m.output_minutes:.0f} ({m.lines} lines, {m.table_rows} table rows, {m.ledger_rows} ledger rows"
-                f"{figures}), prompts {m.prompts * PROMPT_MINUTES + m.self_checks * SELF_CHECK_MINUTES:.0f} ({prompts})"
+                f"{figures}), prompts {m.prompt_minutes:.0f} ({prompts}{answers})"
                 f"{bench}, the run {self.run_seconds / 60:.0f} ({self.run_seconds:.0f} s at CI size on a CPU){further}")
 
 
@@ -153,8 +176,21 @@ def try_runs(markdown: str) -> int:
     if not bullets:
         text = re.split(r"(?<=[.?!])\s+(?=[A-Z*_`])|\n\s*\n", text, maxsplit=1)[0]   # the list's own sentence
     items = [i for part in (bullets or [text]) for i in part.split(";") if i.strip(" .\n")]
-    return sum(1 + len(FURTHER_RUN.findall(i.strip()[5:] if i.strip().lower().startswith("then") else i))
+    return sum((SEARCH_RUNS if SEARCH.search(i) else 1)
+               + len(FURTHER_RUN.findall(i.strip()[5:] if i.strip().lower().startswith("then") else i))
                for i in items)
+
+
+def answers(text: str) -> int:
+    """How many answers a prompt or a folded question asks for: its question marks (one at least)."""
+    return max(1, _html.unescape(re.sub(r"`[^`]*`", "", text)).count("?"))
+
+
+def asks(markdown: str) -> bool:
+    """A cell that asks the learner something: a "Predict first" or "Post question", or prose that ends with a
+    question (lesson 02 asks two without the marker before the cell that answers them)."""
+    text = markdown.strip()
+    return text.startswith(PROMPTS) or (text.endswith("?") and not re.match(r"^\s{0,3}#", text.splitlines()[-1]))
 
 
 def _source(cell) -> str:
@@ -162,7 +198,8 @@ def _source(cell) -> str:
 
 
 def _visible_lines(text: str) -> int:
-    return sum(1 for line in text.splitlines() if line.strip())
+    """Screen lines: each non-blank line, wrapped at ``WRAP_CHARS``."""
+    return sum(math.ceil(len(line.rstrip()) / WRAP_CHARS) for line in text.splitlines() if line.strip())
 
 
 def output_counts(cell) -> dict:
@@ -205,12 +242,23 @@ def output_counts(cell) -> dict:
 
 
 def executed_outputs(executed) -> dict:
-    """``{cell id: output_counts}`` of an executed copy (a path or its cells), code cells that printed something."""
+    """``{cell id: output_counts}`` of an executed copy (a path or its cells), code cells that printed something
+    or took a measured time, which ``seconds`` keeps (``executed_seconds``)."""
     if isinstance(executed, (str, Path)):
         import nbformat
 
         executed = nbformat.read(executed, as_version=4).cells
-    return {c.get("id"): n for c in executed if c["cell_type"] == "code" and (n := output_counts(c))}
+    seconds = _cell_seconds(executed)
+    out = {}
+    for c in executed:
+        if c["cell_type"] != "code":
+            continue
+        n = output_counts(c)
+        if c.get("id") in seconds:
+            n["seconds"] = round(seconds[c.get("id")], 3)
+        if n:
+            out[c.get("id")] = n
+    return out
 
 
 def _record_key(notebook: Path) -> str:
@@ -282,15 +330,21 @@ def lesson_time(cells, run_seconds: float | None = None, outputs: dict | None = 
                 in_bench = False
             in_bench |= any(LAB_BENCH.match(line) for line in lines)
             part.words += _words(source)
-            part.prompts += source.lstrip().startswith(PROMPTS)
-            part.self_checks += len(SELF_CHECK_QUESTION.findall(source))
+            if asks(source):
+                part.prompts += 1
+                part.further_answers += answers(source) - 1
+            summaries = SUMMARY.findall(source)
+            part.self_checks += len(summaries)
+            part.further_check_answers += sum(answers(q) - 1 for q in summaries)
             if in_bench:
                 part.bench = True
-                part.try_runs += try_runs(source)
+                shown = cell.get("metadata", {}).get("shapelab", {}).get("try_first_shown", False)
+                part.try_runs += max(0, try_runs(source) - bool(shown))   # the first display is BENCH_MINUTES's
         elif cell["cell_type"] == "code":
             part.code_lines += _code_lines(source)
             for kind, n in (outputs or {}).get(cell.get("id"), {}).items():
-                setattr(part, kind, getattr(part, kind) + n)
+                if kind in OUTPUT_KINDS:   # the record also keeps the cell's seconds
+                    setattr(part, kind, getattr(part, kind) + n)
     return LessonTime(main, RUN_BUDGET_S if run_seconds is None else run_seconds, after)
 
 
@@ -330,8 +384,19 @@ def executed_seconds(executed: Path) -> dict:
     """Seconds per cell id of an executed copy (tests/nbval_capture.py's ``shapelab.seconds``, papermill's duration)."""
     import nbformat
 
+    return _cell_seconds(nbformat.read(executed, as_version=4).cells)
+
+
+def recorded_seconds(notebook: Path, record: Path = RECORD) -> dict | None:
+    """Seconds per cell id of the run ``record`` holds for ``notebook``, or None when it holds none."""
+    recorded = recorded_outputs(notebook, record) or {}
+    seconds = {cell: n["seconds"] for cell, n in recorded.items() if "seconds" in n}
+    return seconds or None
+
+
+def _cell_seconds(cells) -> dict:
     out = {}
-    for cell in nbformat.read(executed, as_version=4).cells:
+    for cell in cells:
         meta = cell.get("metadata", {})
         seconds = meta.get("shapelab", {}).get("seconds", meta.get("papermill", {}).get("duration"))
         if seconds is not None:
@@ -339,14 +404,15 @@ def executed_seconds(executed: Path) -> dict:
     return out
 
 
-def section_table(notebook: Path, executed: Path | None = None) -> str:
-    """A Markdown table of ``sections``, as INSTRUCTOR.md shows it for each lesson (outputs from ``RECORD``)."""
+def section_table(notebook: Path, executed: Path | None = None, record: Path = RECORD) -> str:
+    """A Markdown table of ``sections``, as INSTRUCTOR.md shows it for each lesson (outputs from ``record``; each
+    section's seconds from ``executed``, else from ``record``)."""
     import nbformat
 
     cells = nbformat.read(notebook, as_version=4).cells
-    seconds = executed_seconds(executed) if executed and Path(executed).exists() else None
+    seconds = executed_seconds(executed) if executed and Path(executed).exists() else recorded_seconds(Path(notebook), record)
     lines = ["| section | minutes (prose, code, outputs, prompts, bench) | runs in (CI, this machine) |", "|---|---|---|"]
-    for row in sections(cells, seconds, recorded_outputs(Path(notebook))):
+    for row in sections(cells, seconds, recorded_outputs(Path(notebook), record)):
         name = f"*Going further*: {row['section']}" if row["further"] else row["section"]
         run = "" if row["run_s"] is None else f"{row['run_s']:.0f} s" if row["run_s"] >= 1 else "under 1 s"
         lines.append(f"| {name} | {row['minutes']:.1f} | {run} |")
@@ -354,14 +420,16 @@ def section_table(notebook: Path, executed: Path | None = None) -> str:
 
 
 def measure(notebook: Path, timings: Path | None = None, record: Path = RECORD) -> LessonTime:
-    """A lesson's time from its file, the outputs ``record`` holds for it and, when recorded, its CI run's seconds
-    (default: test-artifacts/timings.jsonl)."""
+    """A lesson's time from its file, the outputs ``record`` holds for it and its run's seconds: the cells' seconds
+    ``record`` holds (the run it was made from), else a CI run's in ``timings`` (default:
+    test-artifacts/timings.jsonl), else ``RUN_BUDGET_S``."""
     import nbformat
 
     notebook = Path(notebook)
     timings = timings or notebook.resolve().parents[1] / "test-artifacts" / "timings.jsonl"
-    return lesson_time(nbformat.read(notebook, as_version=4).cells, recorded_run_seconds(notebook, timings),
-                       recorded_outputs(notebook, record))
+    seconds = recorded_seconds(notebook, record)
+    run = sum(seconds.values()) if seconds else recorded_run_seconds(notebook, timings)
+    return lesson_time(nbformat.read(notebook, as_version=4).cells, run, recorded_outputs(notebook, record))
 
 
 def stated_minutes(title: str) -> int | None:
