@@ -229,7 +229,7 @@ def test_a_lesson_and_its_lab_differ_in_their_tabs(browser, lab_server):
     twice: the lab's "_lab" came last). Lesson 02 is opened, then its lab from JupyterLab's file browser, as a learner
     does; the two tab titles as displayed (what fits in each label, measured in the page, checked against the page's
     own layout) must differ, the lab's saying first that it is a lab. Then every lesson and its lab are tried in the
-    same label, and the old names (NN_…_lab.ipynb) must collide there, so the measurement can tell the two apart.
+    same label, and the old names (the lesson's with "_lab" last) must collide there, so the measurement can tell.
     Screenshot of the window: test-artifacts/screenshots/tabs-lesson-and-lab.png."""
     base, token = lab_server[:2]
     lesson = ROOT / "notebooks" / "02_zero_one_specialisation.ipynb"
