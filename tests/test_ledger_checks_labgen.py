@@ -116,10 +116,10 @@ def test_labgen_check_flags_drift(tmp_path):
     (tmp_path / "solutions").mkdir()
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(SOLUTION)]
-    nbformat.write(nb, tmp_path / "solutions" / "lab01_x.ipynb")
+    nbformat.write(nb, tmp_path / "solutions" / "01_x_lab.ipynb")
     run = lambda *a: subprocess.run([sys.executable, "-m", "shapelab.labkit.labgen", "--root", str(tmp_path), *a],  # noqa: E731
                                     capture_output=True, text=True)
     assert run("--check").returncode == 1
     assert run().returncode == 0 and run("--check").returncode == 0
-    (tmp_path / "labs" / "lab01_x.ipynb").write_text("{}")
+    (tmp_path / "labs" / "01_x_lab.ipynb").write_text("{}")
     assert "out of date" in run("--check").stdout

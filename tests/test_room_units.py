@@ -387,7 +387,7 @@ def test_manifest_is_what_the_notebooks_give():
         "utils/shapelab/room/manifest.json is stale: run python -m shapelab.room.manifest"
     m = manifest.load()
     assert [x.id for x in m.lessons] == sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
-    assert [x.id for x in m.labs] == sorted(p.stem for p in (ROOT / "solutions").glob("lab[0-9]*.ipynb"))
+    assert [x.id for x in m.labs] == sorted(p.stem for p in (ROOT / "solutions").glob("[0-9]*_lab.ipynb"))
     assert all(p.question and p.line.startswith("S.reveal(") for x in m.lessons for p in x.prompts)
     assert all(x.exercises and x.title.startswith("Lab ") for x in m.labs)
 
@@ -399,7 +399,7 @@ def test_manifest_refuses_what_it_cannot_key(tmp_path):
     from shapelab.room import manifest
 
     def course(lesson_cells, lab_cells):
-        for folder, name, cells in (("notebooks", "01_x.ipynb", lesson_cells), ("solutions", "lab01_x.ipynb", lab_cells)):
+        for folder, name, cells in (("notebooks", "01_x.ipynb", lesson_cells), ("solutions", "01_x_lab.ipynb", lab_cells)):
             (tmp_path / folder).mkdir(exist_ok=True)
             nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 01 · x")] + [
                 nbformat.v4.new_markdown_cell(c[3:]) if c.startswith("md:") else nbformat.v4.new_code_cell(c) for c in cells])
@@ -411,7 +411,7 @@ def test_manifest_refuses_what_it_cannot_key(tmp_path):
     good = manifest.build(course([ask, "predicted = ...", "%time x = 1\nS.reveal(predicted, 2)"], lab))
     assert good["lessons"][0]["prompts"] == [{"line": "S.reveal(predicted, 2)", "kind": "Predict first",
                                              "question": "How many?", "name": "predicted", "concept": "", "phase": "pre"}]
-    assert good["labs"][0] == {"id": "lab01_x", "label": "01_x", "title": "01 · x", "exercises": ["Exercise 1"]}
+    assert good["labs"][0] == {"id": "01_x_lab", "label": "01_x", "title": "01 · x", "exercises": ["Exercise 1"]}
     for lesson, lab_cells, message in [
             ([ask, "S.reveal(p, 2)", "S.reveal(p, 2)"], lab, "two reveals on the same line"),
             (["S.reveal(p, 2)"], lab, "has no '> **Predict first.** ...' prompt"),
@@ -733,7 +733,7 @@ def _course(tmp_path, asks: list[tuple]) -> "manifest.Manifest":
                                                 | ({"wrong_answers": ideas} if ideas else {})),
                   nbformat.v4.new_code_cell(f"S.reveal(predicted_{i}, {value})")]
     for folder, name, nb_cells in (("notebooks", "01_x.ipynb", cells),
-                                   ("solutions", "lab01_x.ipynb", [nbformat.v4.new_code_cell('c = S.Checker("01_x")')])):
+                                   ("solutions", "01_x_lab.ipynb", [nbformat.v4.new_code_cell('c = S.Checker("01_x")')])):
         (tmp_path / folder).mkdir(parents=True)
         nbformat.write(nbformat.v4.new_notebook(cells=nb_cells), tmp_path / folder / name)
     return manifest.Manifest(manifest.build(tmp_path))

@@ -102,7 +102,7 @@ def load(path: Path = PATH) -> Manifest:
 def build(root: Path = ROOT) -> dict:
     """The manifest that ``root``'s notebooks/ and solutions/ give."""
     lessons = [_lesson(p) for p in sorted((root / "notebooks").glob("[0-9]*.ipynb"))]
-    labs = [_lab(p) for p in sorted((root / "solutions").glob("lab[0-9]*.ipynb"))]
+    labs = [_lab(p) for p in sorted((root / "solutions").glob("[0-9]*_lab.ipynb"))]
     return {"lessons": lessons, "labs": labs}
 
 
