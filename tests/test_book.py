@@ -76,6 +76,6 @@ def test_an_executed_copy_of_another_version_of_a_lesson_is_refused(tmp_path):
 
 
 def test_a_lessons_links_point_where_the_site_puts_the_pages():
-    text = "Next: [the lab](../labs/02_zero_one_specialisation_lab.ipynb). Then [the inventory](inventory_after.ipynb)."
-    assert book.site_links(text) == ("Next: [the lab](labs/02_zero_one_specialisation_lab.ipynb). Then the inventory "
+    text = "Next: [the lab](../labs/02_zero_one_lab.ipynb). Then [the inventory](inventory_after.ipynb)."
+    assert book.site_links(text) == ("Next: [the lab](labs/02_zero_one_lab.ipynb). Then the inventory "
                                      "(`notebooks/inventory_after.ipynb`, taken in JupyterLab).")

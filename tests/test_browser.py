@@ -2,7 +2,8 @@
 
 JupyterLab is started as the README's first command starts it (its arguments, from the repository's
 root; a port, a token and fresh settings added: no news, no update checks, no autosave), and a test checks
-what that command promises: the repository's root served, labs/ listed, lesson 00 opened.
+what that command promises: the repository's root served, labs/ listed, lesson 00 opened. Another opens
+lesson 02 and then its lab from the file browser, and checks that their tab titles differ as displayed at 1280 px.
 For every lesson with a bench (found by glob, so a new lesson is included): a copy of the lesson
 reduced to its `parameters` cell (at CI size) and the cells tagged `bench` (in test-artifacts/bench-notebooks/),
 so the lesson does not run a second time (the whole lesson's bench is pressed after its last cell in its nbval
@@ -194,6 +195,94 @@ def test_readme_command_serves_the_repository_on_lesson_00(lab_server):
     assert any("lab/tree/notebooks/00_orientation.ipynb" in page for page in opens), opens
     if os.geteuid() == 0:
         assert "--allow-root" in readme_lab_args(), "as root, JupyterLab refuses to start without --allow-root"
+
+
+# What a tab shows of a title in its label element: the whole title when it fits, else the longest prefix that fits
+# (JupyterLab 4.6 clips the label; with text-overflow: ellipsis, the prefix before the "…"). Measured with the
+# label's own font and width, so any title can be tried in the same label.
+SHOWN_JS = """(el, titles) => {
+  const cs = getComputedStyle(el), probe = document.createElement('span');
+  Object.assign(probe.style, {font: cs.font, letterSpacing: cs.letterSpacing, whiteSpace: 'pre', position: 'absolute',
+                              visibility: 'hidden'});
+  document.body.appendChild(probe);
+  const width = s => { probe.textContent = s; return probe.getBoundingClientRect().width; };
+  const room = el.getBoundingClientRect().width - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+  const end = cs.textOverflow === 'ellipsis' ? '\\u2026' : '';
+  const shown = titles.map(t => {
+    if (width(t) <= room + 0.5) return t;
+    let k = t.length;
+    while (k > 0 && width(t.slice(0, k) + end) > room + 0.5) k--;
+    return t.slice(0, k) + end;
+  });
+  probe.remove();
+  return {shown, room, clipped: el.scrollWidth > el.clientWidth};
+}"""
+
+
+def _lab_of(lesson: str) -> str | None:
+    """The file name of a lesson's lab, found by its number (labs/NN_<topic>_lab.ipynb), or None."""
+    found = sorted((ROOT / "labs").glob(f"{lesson[:2]}_*_lab.ipynb"))
+    return found[0].name if found else None
+
+
+def test_a_lesson_and_its_lab_differ_in_their_tabs(browser, lab_server):
+    """Issue 36: at 1280 x 800 a lesson and its lab showed the same clipped tab title ("02_zero_one_specialisatio"
+    twice: the lab's "_lab" came last). Lesson 02 is opened, then its lab from JupyterLab's file browser, as a learner
+    does; the two tab titles as displayed (what fits in each label, measured in the page, checked against the page's
+    own layout) must differ, the lab's saying that it is a lab. Then every lesson and its lab are tried in the
+    same label, and the old names (the lesson's with "_lab" last) must collide there, so the measurement can tell.
+    Screenshot of the window: test-artifacts/screenshots/tabs-lesson-and-lab.png."""
+    base, token = lab_server[:2]
+    lesson = ROOT / "notebooks" / "02_zero_one_specialisation.ipynb"
+    lab = ROOT / "labs" / _lab_of(lesson.name)
+    page = browser.new_page(viewport=VIEWPORT)
+    page.set_default_timeout(60_000)
+    accept = page.locator(".jp-Dialog button.jp-mod-accept")  # a fresh JupyterLab may ask which kernel to start
+
+    def tab_label(name: str):
+        label = page.locator("#jp-main-dock-panel .lm-DockPanel-tabBar .lm-TabBar-tabLabel").filter(has_text=name)
+        deadline = time.time() + 60
+        while not label.count():
+            assert time.time() < deadline, f"no tab for {name} within 60 s"
+            if accept.count():
+                accept.first.click()
+            time.sleep(0.25)
+        return label.first
+
+    try:
+        page.goto(f"{base}/lab/tree/{lesson.relative_to(ROOT).as_posix()}?token={token}&reset")
+        lesson_tab = tab_label(lesson.name)
+        page.locator(".jp-BreadCrumbs-home").click()
+        listing = page.locator(".jp-DirListing-content .jp-DirListing-item")
+        listing.filter(has_text="labs").first.dblclick()
+        listing.filter(has_text=lab.name).first.dblclick()
+        lab_tab = tab_label(lab.name)
+        if accept.count():
+            accept.first.click()
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "tabs-lesson-and-lab.png"))  # the window: both tabs, labs/ in the file browser
+        seen = {}
+        for name, label in ((lesson.name, lesson_tab), (lab.name, lab_tab)):
+            assert label.inner_text() == name
+            got = label.evaluate(SHOWN_JS, [name])
+            assert got["clipped"] == (got["shown"][0] != name), f"the measurement {got} disagrees with the page's layout"
+            seen[name] = got["shown"][0]
+        print(f"the tabs show {list(seen.values())} (labels {got['room']:.0f} px wide)")
+        assert seen[lesson.name] != seen[lab.name], f"a lesson and its lab show the same tab title: {seen}"
+        assert "_lab" in seen[lab.name], f"the lab's tab does not say it is a lab: {seen}"
+
+        names = [(p.name, _lab_of(p.name)) for p in sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
+                 if _lab_of(p.name)]
+        assert len(names) == len(list((ROOT / "labs").glob("*.ipynb"))), f"a lab not named after its lesson: {names}"
+        titles = [t for pair in names for t in pair]
+        shown = dict(zip(titles, lab_tab.evaluate(SHOWN_JS, titles)["shown"]))
+        same = [(a, b, shown[a]) for a, b in names if shown[a] == shown[b]]
+        assert not same, f"lessons and labs that show the same tab title at {VIEWPORT['width']} px: {same}"
+        old = lab_tab.evaluate(SHOWN_JS, [lesson.name, lesson.stem + "_lab.ipynb"])["shown"]
+        assert old[0] == old[1], f"the old names do not collide in this label ({old}): the measurement cannot tell"
+    finally:
+        page.close()
+        _shutdown_kernels(base, token)
 
 
 @pytest.mark.parametrize("notebook", _lessons_with_bench(), ids=lambda p: p.stem)

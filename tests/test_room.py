@@ -113,7 +113,7 @@ roomAttack().then(out => { document.getElementById("out").textContent = JSON.str
 
 COURSE = manifest.load()
 PROMPT = COURSE.lessons[0].prompts[0]           # lesson 00's reveal, as its cell has it
-LAB = next(lab for lab in COURSE.labs if lab.id == "01_symbolic_guards_lab")
+LAB = next(lab for lab in COURSE.labs if lab.id == "01_guards_lab")
 ROOM_SCOPE = "access:services!service=room"
 
 
