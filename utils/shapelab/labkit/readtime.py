@@ -148,7 +148,7 @@ class LessonTime:
         n = m.further_answers + m.further_check_answers
         answers = f", {n} further {'answer' if n == 1 else 'answers'}" if n else ""
         figures = f", {m.figures} {'figure' if m.figures == 1 else 'figures'}" if m.figures else ""
-        bench = f", the bench {m.bench_minutes:.0f} (with its {m.try_runs} \"Try:\" runs)" if m.bench else ""
+        bench = f", the bench {m.bench_minutes:.0f} (with its {m.try_runs} \"Try:\" {'run' if m.try_runs == 1 else 'runs'})" if m.bench else ""
         return (f"{self.minutes} minutes, measured: prose {m.words / WORDS_PER_MINUTE:.0f} ({m.words:,} words), "
                 f"code {m.code_lines / CODE_LINES_PER_MINUTE:.0f} ({m.code_lines} lines), outputs "
                 f"{m.output_minutes:.0f} ({m.lines} lines, {m.table_rows} table rows, {m.ledger_rows} ledger rows"
