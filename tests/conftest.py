@@ -87,10 +87,13 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 TIMELINE = Path(__file__).resolve().parents[1] / "test-artifacts" / "timeline.jsonl"
+# .ci/run reads the web edition with a second, small pytest run after the suite: it sets this, so that the suite's
+# timeline and timings stay (they are what the CI budget is read from) and that run adds no lines to them
+KEEP_ARTIFACTS = os.environ.get("SHAPELAB_KEEP_TEST_ARTIFACTS") == "1"
 
 
 def pytest_sessionstart(session):
-    if not hasattr(session.config, "workerinput"):  # the controller, once per run: this run's lines only
+    if not hasattr(session.config, "workerinput") and not KEEP_ARTIFACTS:  # the controller, once: this run's lines only
         for path in (TIMELINE, TIMELINE.with_name("timings.jsonl")):
             path.unlink(missing_ok=True)
 
@@ -101,6 +104,8 @@ def pytest_runtest_protocol(item, nextitem):
     where a worker waited, for the CI budget (README, "Development")."""
     start = time.time()
     yield
+    if KEEP_ARTIFACTS:
+        return
     TIMELINE.parent.mkdir(parents=True, exist_ok=True)
     with TIMELINE.open("a") as fh:  # one short append per line: whole lines from every worker
         fh.write(json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid,
