@@ -114,6 +114,9 @@ def test_compare_ignores_the_build_tag_and_a_sets_order_and_marks_timing_verdict
             "t": "a is slower than b: # its time (range #..#; medians # and #, IQRs apart)"}
     assert matrix.compare(this, pinned) == [{"figure": "t", "pinned": pinned["t"], "this": this["t"], "timing": True}]
     assert matrix.compare({"set": "{'dimension', 'stride'} cause kinds"}, pinned)[0]["timing"] is False
+    derived = {"pays": "'not distinguishable' (requests before exact shapes pay back, against dynamic)"}
+    assert matrix.compare({"pays": "'a billion or more' (requests before exact shapes pay back, against dynamic)"},
+                          derived)[0]["timing"] is True   # a figure derived from a verdict moves with it
 
 
 def test_table_rows_and_comparisons_come_from_the_records():

@@ -44,7 +44,8 @@ BUILD = re.compile(r"\+(?:cpu|cu\d+|rocm[\d.]+|xpu)\b")  # a wheel's build tag: 
 RELEASE = re.compile(r"PyTorch (?:#|\d+\.\d+)\.\d+")  # a figure that names the release it ran on (2.13 masked as #)
 SET_OF_WORDS = re.compile(r"\{('[^'{}]*'(?:, '[^'{}]*')+)\}")  # a printed set of strings: its order varies by process
 # The course's timing rule words each verdict so (timing.Comparison): one on a shared machine may go either way.
-TIMING_VERDICT = re.compile(rf"{NOT_DISTINGUISHABLE}|is (?:slower|faster) than")
+# A figure derived from a verdict names it shorter ("'not distinguishable' (requests before ... pay back)").
+TIMING_VERDICT = re.compile(rf"{NOT_DISTINGUISHABLE}|'not distinguishable'|is (?:slower|faster) than")
 
 
 # --- what a run measured -------------------------------------------------------------------------------
@@ -92,10 +93,11 @@ def comparable(figure: str) -> str:
 def compare(figures: dict[str, str], pinned: dict[str, str]) -> list[dict]:
     """Each figure both runs printed that differs from the pinned run's (a figure one run lacks is not a
     difference of behaviour: a cell that failed, or a run that did not reach it; the failures say which).
-    Each is marked ``timing`` when both sides are timing verdicts: on a shared CPU those move between two runs
-    of one release too, so they are listed apart from the counts."""
+    Each is marked ``timing`` when either side is a timing verdict (the other then a verdict the other way, or a
+    figure derived from one, such as a break-even): on a shared CPU those move between two runs of one release
+    too, so they are listed apart from the counts."""
     return [{"figure": key, "pinned": pinned[key], "this": figures[key],
-             "timing": bool(TIMING_VERDICT.search(pinned[key]) and TIMING_VERDICT.search(figures[key]))}
+             "timing": bool(TIMING_VERDICT.search(pinned[key]) or TIMING_VERDICT.search(figures[key]))}
             for key in sorted(set(figures) & set(pinned)) if comparable(figures[key]) != comparable(pinned[key])]
 
 

@@ -43,7 +43,9 @@ _STRIDE = re.compile(r"tensor '(?P<name>.+?)' stride mismatch at index (?P<dim>-
 _TENSOR_PROP = re.compile(r"tensor '(?P<name>.+?)' (?P<what>dtype|device|requires_grad|dispatch key set) mismatch")
 _NONE = re.compile(r"^(?P<name>[A-Za-z_][\w\.\[\]']*) is (?:not )?None$")
 # torch's own words when a guarded tensor is passed as something else: None, a number, a plain tensor for a Parameter
-_TYPE = re.compile(r"expected type of '(?P<name>[^']+)' to be a tensor type, '? ?but found <class '(?P<found>[\w.]+)'>")
+# (2.13: "to be a tensor type, ' but found <class 'int'>"; from 2.14: "to be <class 'torch.Tensor'>, but found ...")
+_TYPE = re.compile(r"expected type of '(?P<name>[^']+)' to be (?:a tensor type, '? ?|<class '(?P<expected>[\w.]+)'>, )"
+                   r"but found <class '(?P<found>[\w.]+)'>")
 # a relation between a Python number argument and a constant: the model's code branched on its value
 _RELATION = re.compile(r"^(?P<expr>[A-Za-z_][\w\.\[\]']*) (?P<op>!=|<=|>=|<|>) (?P<val>-?[\d.]+)$")
 _NOT_A_TENSOR = re.compile(r"^check_tensor\((?P<name>[A-Za-z_][\w\.\[\]']*), ")  # what was a tensor is not (None)
@@ -143,7 +145,8 @@ def classify_reason(reason: str) -> Reading:
 
 
 def type_reading(name: str, found: str) -> Reading:
-    """What torch's "expected type of 'y' to be a tensor type, but found <class 'X'>" means: None (an optional
+    """What torch's "expected type of 'y' to be a tensor type (2.14: <class 'torch.Tensor'>, or a Parameter's class),
+    but found <class 'X'>" means: None (an optional
     argument), a plain ``torch.Tensor`` where a Parameter was compiled, or another type (a number)."""
     if found == "NoneType":
         return Reading("optional", name, None, name)
