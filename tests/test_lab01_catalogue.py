@@ -869,11 +869,28 @@ def _serve_top_bound_only(project, requests):
         compiled(x, w)
 
 
+def _one_bound_crashes() -> bool:
+    """Whether this release's torch crashes on a mark with one bound (2.13 and 2.14 do; 2.15 does not)."""
+    x = torch.randn(8, 3)
+    torch._dynamo.mark_dynamic(x, 0, max=64)
+    torch.compiler.reset()
+    try:
+        torch.compile(lambda t: t * 2, backend="eager")(x)
+        return False
+    except Exception:
+        return True
+    finally:
+        torch.compiler.reset()
+
+
 def test_a_one_sided_bound_is_named_a_torch_bug_with_the_way_around_it(served):
+    """Right for the domain: where torch crashes on it, the check says it is torch's bug and how to get around it;
+    where torch compiles it, the check accepts it."""
+    crashes = _one_bound_crashes()
     ok, msg = L.check_annotate(_top_bound_only, range(2, 65, 3))
-    assert not ok and "a bug in torch" in msg and "both bounds" in msg, msg
+    assert (not ok and "a bug in torch" in msg and "both bounds" in msg) if crashes else ok, msg
     ok, msg = L.check_guard_fix("x.size()[1] == x.size()[0]", _serve_top_bound_only, served)
-    assert not ok and "a bug in torch" in msg, msg
+    assert (not ok and "a bug in torch" in msg) if crashes else ok, msg
 
 
 def test_the_loaders_hinted_mark_is_told_in_words_not_torchs_internal_error():
