@@ -330,12 +330,15 @@ def _strip(text: str) -> str:
 
 
 _GENERIC_ATTR = re.compile(r"""object\.__getattribute__\(([^(),]+), ['"]([A-Za-z_]\w*)['"]\)""")
+_FLOAT_AS_TENSOR = re.compile(r"___as_tensor\(([A-Za-z_][\w.\[\]']*)\)\.item\(\)")
 
 
 def plain_attributes(text: str) -> str:
-    """A guard's text with attributes written as in the model's code: 2.11 and 2.12 word an attribute of an
-    object with its own ``__getattribute__`` (a transformers config) ``object.__getattribute__(self.config,
-    'problem_type')``, where 2.13 writes ``self.config.problem_type``."""
+    """A guard's text with attributes and numbers written as in the model's code: 2.11 and 2.12 word an attribute
+    of an object with its own ``__getattribute__`` (a transformers config) ``object.__getattribute__(self.config,
+    'problem_type')``, where 2.13 writes ``self.config.problem_type``; 2.11 words a branch on a float argument
+    made symbolic ``___as_tensor(t).item() <= 1.0``, where 2.12 and later write ``t <= 1.0``."""
+    text = _FLOAT_AS_TENSOR.sub(r"\1", text)
     while True:
         plain = _GENERIC_ATTR.sub(r"\1.\2", text)
         if plain == text:
