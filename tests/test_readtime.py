@@ -3,6 +3,8 @@
 The prose, code and prompt counts: tests/test_lesson_pages.py; the record against a fresh run: the lessons' nbval
 test (tests/test_notebooks.py)."""
 import math
+import subprocess
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -84,7 +86,8 @@ def test_lesson_time_adds_outputs_self_checks_and_try_runs_to_their_part():
     assert math.isclose(t.main.output_minutes, 12 * readtime.OUTPUT_LINE_SECONDS / 60)
     assert math.isclose(t.further.output_minutes, (45 * readtime.TABLE_CELL_SECONDS + readtime.FIGURE_SECONDS) / 60)
     words = t.words / readtime.WORDS_PER_MINUTE
-    assert t.minutes == math.ceil(words + 2 / 30 + 1 + 2 * 0.5 + readtime.BENCH_MINUTES + 3 * readtime.TRY_MINUTES)
+    assert t.minutes == math.ceil(words + 2 / readtime.CODE_LINES_PER_MINUTE + 1 + 2 * readtime.SELF_CHECK_MINUTES
+                                 + readtime.BENCH_MINUTES + 3 * readtime.TRY_MINUTES)
     assert readtime.stated_minutes(f"**Time:** {t.summary()}.") == t.minutes
     no_outputs = readtime.lesson_time(_lesson(), run_seconds=0)
     assert t.minutes - no_outputs.minutes in (0, 1) and no_outputs.lines == 0
@@ -162,3 +165,12 @@ def test_restate_writes_the_measurement_into_the_title_and_the_guide_keeping_wha
     assert f"**Live time: {minutes} minutes, measured**" in text and "stale" not in text and "Headless at CI" in text
     assert "| 1. One | " in text and "| 2 s | the loop, typed |" in text and "Gone" not in text
     assert "| kept | 3 |" in text and text.endswith("## 5. Next part\n")  # another table and the next part untouched
+
+
+def test_the_count_agrees_with_the_reads_it_is_fitted_to():
+    root = Path(readtime.__file__).resolve().parents[3]
+    if any(subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{commit}^{{commit}}"]).returncode
+           for _, commit, _ in readtime.READS):
+        pytest.skip("this clone holds no history back to the read commits")
+    for stem, count, read in readtime.reads(root):
+        assert abs(count - read) <= 0.1 * read, (stem, count, read)

@@ -4,7 +4,7 @@ A lesson's time is what a careful reader spends on its main path, the cells befo
 
 - prose: the words of its markdown at ``WORDS_PER_MINUTE``;
 - code: its non-blank code lines at ``CODE_LINES_PER_MINUTE`` (a learner reads what the cell runs, with its
-  comments, but does not study it line by line: 2 s a line);
+  comments, before running it: 3 s a line);
 - outputs: what the run printed, as a reader reads it: lines of text and log (``OUTPUT_LINE_SECONDS`` each: each
   carries a figure or a guard to find and check against the prose), the filled cells of a table's rows
   (``TABLE_CELL_SECONDS`` each: a row of seven figures takes longer than a row of two, and a side-by-side listing of
@@ -46,14 +46,17 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-WORDS_PER_MINUTE = 200
-CODE_LINES_PER_MINUTE = 30
+# The rates are fitted to two cell-by-cell reads of lessons 00 and 02 (an AI's judgement of a careful first-time
+# reader: INSTRUCTOR.md, part 2; `--reads` recounts the read versions): prose that brings a new idea every sentence
+# or two, and prompts that ask for several answers, go slower than easy reading.
+WORDS_PER_MINUTE = 150
+CODE_LINES_PER_MINUTE = 20
 OUTPUT_LINE_SECONDS = 5
 TABLE_CELL_SECONDS = 2
-LEDGER_ROW_SECONDS = 15
+LEDGER_ROW_SECONDS = 20
 FIGURE_SECONDS = 20
-PROMPT_MINUTES = 1
-SELF_CHECK_MINUTES = 0.5
+PROMPT_MINUTES = 1.5
+SELF_CHECK_MINUTES = 0.75
 FURTHER_ANSWER_SHARE = 0.5  # each further answer a prompt or a folded question asks for: half the first one's time
 WRAP_CHARS = 100   # an output line wraps to one screen line per WRAP_CHARS characters (not measured: see the docstring)
 SEARCH_RUNS = 3    # a "Try:" item that asks the reader to find something: the runs lesson 02's search took
@@ -491,12 +494,40 @@ def restate(paths: list[Path], guide: Path) -> list[str]:
     return changed
 
 
+# The reads the rates are fitted to: (lesson, the commit it was read at, the minutes each read judged). The first
+# read (about 30 and 68 minutes) was of an earlier, unrecorded version; these are the second's (INSTRUCTOR.md, part 2).
+READS = (("notebooks/00_orientation.ipynb", "21add78", 33), ("notebooks/02_zero_one_specialisation.ipynb", "21add78", 69))
+
+
+def reads(root: Path) -> list[tuple[str, int, int]]:
+    """Each read against today's count of the version it read, from git (that commit's notebook and record; its
+    record holds no wrapped lines, so long output lines count one line each): (lesson, count, read)."""
+    import subprocess
+    import tempfile
+
+    import nbformat
+
+    def show(commit, path):
+        return subprocess.run(["git", "-C", str(root), "show", f"{commit}:{path}"], capture_output=True, text=True,
+                              check=True).stdout
+    found = []
+    for path, commit, read in READS:
+        with tempfile.TemporaryDirectory() as folder:
+            record = Path(folder) / "record.json"
+            record.write_text(show(commit, RECORD.relative_to(root).as_posix()))
+            cells = nbformat.reads(show(commit, path), as_version=4).cells
+            run = sum((recorded_seconds(Path(path), record) or {}).values()) or None
+            found.append((Path(path).stem, lesson_time(cells, run, recorded_outputs(Path(path), record)).minutes, read))
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print each lesson's measured time (the given notebooks, or every lesson); with ``--sections``, each one's
     table of sections as INSTRUCTOR.md shows it (CI seconds from test-artifacts/executed/ where a run left them);
     with ``--record``, first store in ``RECORD`` what the executed copies under test-artifacts/executed/ printed
     (run the lessons' tests first: ``pytest tests/test_notebooks.py -k lesson_executes``); with ``--restate``, write
-    each lesson's measured time into its title cell and INSTRUCTOR.md (``restate``). Exit status 0, or 1
+    each lesson's measured time into its title cell and INSTRUCTOR.md (``restate``); with ``--reads``, the reads the
+    rates are fitted to against today's count of what they read (``reads``, from git). Exit status 0, or 1
     when ``--record`` finds no executed copy of a lesson it was asked for."""
     argv = list(argv or [])
     flags = {a for a in argv if a.startswith("--")}
@@ -510,6 +541,10 @@ def main(argv: list[str] | None = None) -> int:
               + (f"; no executed copy of {', '.join(missing)}" if missing else ""))
         if missing and [a for a in argv if a not in flags]:
             return 1
+    if "--reads" in flags:
+        for stem, count, read in reads(root):
+            print(f"{stem} as it was read: counted {count} minutes, read in about {read}")
+        return 0
     if "--restate" in flags:  # after --record: the titles and INSTRUCTOR.md say what is measured now
         print("restated:", ", ".join(restate(paths, root / "INSTRUCTOR.md")) or "nothing changed")
     for path in paths:
