@@ -302,13 +302,16 @@ def test_readtime_counts_prose_code_prompts_and_bench_and_splits_off_going_furth
              md("> **Post question.** And now?"), md("Each idea: its **Post question.** is counted once."),
              md("## Going further\n\n" + "more " * 200), md("> **Predict first.** And?"), code("x = 1\n" * 30)]
     t = readtime.lesson_time(cells, run_seconds=30)
-    # a post question is a prompt (a minute to think and write); naming one in prose is not
+    # a post question is a prompt (time to think and write); naming one in prose is not
     assert (t.prompts, t.bench, t.code_lines, t.further_prompts, t.further_code_lines) == (2, True, 31, 1, 30)
     assert 400 < t.words < 440 and 200 <= t.further_words <= 205
-    # 2 min of prose + 31/30 min of code + 2 prompts + a folded self-check question (0.5) + 1 for the bench (no
-    # "Try:" list) + 0.5 min run, rounded up; outputs: tests/test_readtime.py
-    assert t.minutes == math.ceil(t.words / 200 + 31 / 30 + 2 + 0.5 + 1 + 0.5) == 8
-    assert t.further_minutes == math.ceil(t.further_words / 200 + 1 + 1)
+    # prose + code at their rates + 2 prompts + a folded self-check question + 1 for the bench (no "Try:" list)
+    # + 0.5 min run, rounded up; outputs: tests/test_readtime.py
+    R = readtime
+    assert t.minutes == math.ceil(t.words / R.WORDS_PER_MINUTE + 31 / R.CODE_LINES_PER_MINUTE + 2 * R.PROMPT_MINUTES
+                                  + R.SELF_CHECK_MINUTES + R.BENCH_MINUTES + 0.5)
+    assert t.further_minutes == math.ceil(t.further_words / R.WORDS_PER_MINUTE + 30 / R.CODE_LINES_PER_MINUTE
+                                          + R.PROMPT_MINUTES)
     cells[0].source = f"# T\n\n**Time:** {t.summary()}. More."
     assert readtime.stated_minutes(cells[0].source) == t.minutes
     assert readtime.stated_minutes("**Time:** about 30 minutes.") == 30 and readtime.stated_minutes("# T") is None
@@ -401,8 +404,9 @@ def test_readtime_sections_cut_the_main_path_at_sections_and_going_further_at_it
     assert [(r["section"], r["further"]) for r in rows] == [
         (readtime.PREFACE, False), ("1. One", False), ("Self-check", False), ("Deeper", True)]
     assert rows[0]["run_s"] == 2.0 and rows[1]["run_s"] == 0.5 and rows[2]["run_s"] is None
-    assert math.isclose(rows[1]["minutes"], (200 + 5 + 4) / 200 + 30 / 30, rel_tol=0.02)   # words of both headings' cells
-    assert rows[3]["minutes"] > 1   # a prompt is a minute
+    assert math.isclose(rows[1]["minutes"], (200 + 5 + 4) / readtime.WORDS_PER_MINUTE + 30 / readtime.CODE_LINES_PER_MINUTE,
+                        rel_tol=0.02)   # words of both headings' cells
+    assert rows[3]["minutes"] > readtime.PROMPT_MINUTES   # the prompt and the heading's words
 
 
 def test_a_timing_prompts_answer_is_the_rules_verdict():
