@@ -608,3 +608,18 @@ RIGHT_6 = [
 ]
 
 test_wrong_answer_is_rejected_6, test_correct_alternative_is_accepted_6, _ = catalogue_tests(WRONG_6, RIGHT_6, judge, leaks)
+
+
+def test_a_near_miss_is_told_what_it_got_wrong():
+    """The hints after a rejected number (labkit.checks.rounded_from and the float32 case), in labs 04 and 05."""
+    from fractions import Fraction
+
+    from shapelab.lessons import l04_buckets_lab
+
+    exact, total = Fraction(2, 7), 12.3456789
+    assert "rounded" in checks._share_hint(round(float(exact), 4), exact)
+    assert "float32" in checks._share_hint(torch.tensor(2.0 / 7, dtype=torch.float32).item(), exact)
+    assert checks._share_hint(0.0, exact) == "" and checks._share_hint(0.5, exact) == ""  # no answer, not a rounding
+    assert "rounded" in l04_buckets_lab._seconds_hint(round(total, 2), total)
+    assert "float32" in l04_buckets_lab._seconds_hint(torch.tensor(total, dtype=torch.float32).item(), total)
+    assert l04_buckets_lab._seconds_hint(12.0001, total) == ""

@@ -62,6 +62,12 @@ def unanswered(value) -> bool:
     return value is None or value is Ellipsis
 
 
+def rounded_from(answer: float, exact, tolerance: float, places: range = range(0, 11)) -> bool:
+    """Whether ``answer`` is ``exact`` rounded to some decimal ``places``, within the check's own ``tolerance``
+    (absolute): the near miss of a learner who rounded what they report, named in the check's message."""
+    return any(abs(answer - round(exact, d)) <= tolerance for d in places)
+
+
 @dataclass
 class Result:
     name: str

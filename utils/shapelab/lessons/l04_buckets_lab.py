@@ -42,7 +42,7 @@ from ..instruments import compat
 from ..instruments.bucketing import check_bucket_set, optimal_buckets
 from ..instruments.traffic import request_lengths
 from ..labkit.answers import course_calls, flipped_feedback, one_thread, shortcut_feedback, watch_settings
-from ..labkit.checks import case_rng
+from ..labkit.checks import case_rng, rounded_from
 
 Policy = namedtuple("Policy", "name graphs compile_s per_request_s")
 Policy.__doc__ = "A serving policy as the lab hands it over: graphs, seconds per compile, seconds per request."
@@ -377,7 +377,7 @@ def check_choose_buckets(choose: Callable, sample: Sequence[int], max_len: int, 
         return False, "my_waste must be a number: the mean wasted tokens per request of my_buckets on the sample"
     exact = Fraction(_padding(mine, sample), len(sample))  # a ratio of whole numbers: a float64 of it is off by ulps
     if abs(my_waste - exact) > 1e-12 * max(1, abs(exact)):
-        rounded = any(abs(my_waste - round(exact, d)) <= 1e-12 * max(1, abs(exact)) for d in range(0, 11))
+        rounded = rounded_from(my_waste, exact, 1e-12 * max(1, abs(exact)))
         return False, ("my_waste is not the mean wasted tokens per request of my_buckets on the sample: "
                        + ("it is that mean rounded: report it as computed, not rounded" if rounded else
                           "compute it from the sample (each request runs at the smallest bucket that holds it)"))
@@ -520,7 +520,7 @@ def _total(p: Policy, requests: int) -> float:
 
 def _seconds_hint(seconds: float, total: float) -> str:
     """The idea a near miss got wrong: the cost rounded to some decimals, or computed in float32; "" otherwise."""
-    if any(math.isclose(seconds, round(total, d), rel_tol=1e-12, abs_tol=1e-15) for d in range(0, 10)):
+    if rounded_from(seconds, total, max(1e-12 * abs(total), 1e-15)):  # the check's isclose, as an absolute tolerance
         return "; it is that cost rounded: report it as computed, not rounded"
     if math.isclose(seconds, total, rel_tol=1e-6):
         return "; it agrees only to float32 precision: compute the totals in Python floats (or float64)"

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from ..instruments.observe import ExperimentError
 from ..labkit.answers import course_calls, flipped_feedback, one_thread, shortcut_feedback, watch_settings
-from ..labkit.checks import case_rng, unanswered
+from ..labkit.checks import case_rng, rounded_from, unanswered
 from .l05_data_dependent import observe_run, unbacked_ranges
 
 # --- the references, and how the checks notice a learner calling them ---------------------------------
@@ -560,7 +560,7 @@ def _exact_share(routes, experts, factor, capacity) -> Fraction:
 
 def _share_hint(share: float, exact: Fraction) -> str:
     """The idea a near miss got wrong: a share rounded to some decimals, or computed in float32; "" otherwise."""
-    if any(abs(share - round(exact, d)) <= _SHARE_TOLERANCE for d in range(1, 11)):
+    if rounded_from(share, exact, _SHARE_TOLERANCE, places=range(1, 11)):  # 0 places: an answer of 0 or 1 is no rounding
         return "; it is that share rounded: report it as computed, not rounded"
     if abs(share - exact) <= 1e-6:
         return ("; it agrees only to float32 precision (a count tensor divided by T is float32): compute the share in "
