@@ -210,10 +210,8 @@ def _diagnose(model, calls, names, reference, backend, dynamic, prove, buckets, 
             floats_kept.add(var)
         rx.append(p)
         lines: list[str] = []
-        if unspec_float:
-            lines = ["torch._dynamo.config.specialize_float = False"]
-        elif c.kind in ("dimension", "zero_one") and var in hinted:
-            lines = ["torch._dynamo.config.force_parameter_static_shapes = False"]
+        if unspec_float or (c.kind in ("dimension", "zero_one") and var in hinted):
+            lines = [p.code.split("  #", 1)[0]]  # the prescription's config line, without its comment
         elif p.applied and c.kind in ("type_change", "parameter_tensor"):
             lines = [p.code]
         elif p.applied and c.kind == "stride" and var is not None:
