@@ -727,10 +727,14 @@ def _by_torch_attribute(shapes, policy):
     return torch._lab_truth(shapes, policy)
 
 
+_FOUND_BY_GC = []
+
+
 def _by_gc(shapes, policy):
-    functions = filter(types.FunctionType.__instancecheck__, gc.get_objects())  # in C: not one call per object
-    truth = next(o for o in functions if o.__qualname__ == "measure_graphs" and "l01" in o.__module__)
-    return truth(shapes, policy)
+    if not _FOUND_BY_GC:  # searched once, as a shortcut would be written (every object of the process each call: 7 s)
+        functions = filter(types.FunctionType.__instancecheck__, gc.get_objects())  # in C: not one call per object
+        _FOUND_BY_GC.append(next(o for o in functions if o.__qualname__ == "measure_graphs" and "l01" in o.__module__))
+    return _FOUND_BY_GC[0](shapes, policy)
 
 
 def _patched_inside(shapes, policy):
