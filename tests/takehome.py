@@ -6,11 +6,15 @@ pays torch's import (about 3 s of CPU) once per test process instead of once per
 Every take-home cell imports torch first and sets no environment variable before it (an assert checks the latter).
 """
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 from pathlib import Path
+
+import nbformat
 
 # Importing shapelab fails in the child, so a take-home cell that leans on the course fails loudly.
 _NO_SHAPELAB = """
@@ -54,15 +58,14 @@ _server = None
 def _fork_server() -> subprocess.Popen:
     global _server
     if _server is None or _server.poll() is not None:
+        # a session of its own: its forked children share its process group, so a timeout stops them with it
         _server = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   text=True)
+                                   text=True, start_new_session=True)
     return _server
 
 
 def takehome_source(notebook: Path) -> str:
     """The code cell that follows the markdown heading "In your own code" (exactly one per lesson)."""
-    import nbformat  # here, not at the top: the forked children import this module and need none of it
-
     cells = nbformat.read(notebook, as_version=4).cells
     found = [i for i, c in enumerate(cells)
              if c.cell_type == "markdown" and "in your own code" in c.source.splitlines()[0].lower()]
@@ -89,7 +92,8 @@ def run_takehome(notebook: Path, timeout: float = 120) -> str:
         reader.start()
         reader.join(timeout)
         if reader.is_alive():  # the cell hangs: stop the server and its child; the next cell starts another
-            server.kill()
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
             raise subprocess.TimeoutExpired(f"{notebook.name}'s take-home cell", timeout)
         stdout, stderr = out.read_text(), err.read_text()
     assert answer[0] and int(answer[0]) == 0, f"{notebook.name}'s take-home cell failed:\n{stdout}\n{stderr[-3000:]}"
