@@ -1,7 +1,8 @@
 """The web edition, read in Chromium as a reader meets it (issue 39).
 
 Not collected by the README's test command: the edition is built from the executed copies that command leaves, so
-`.ci/run` runs, after it, the book's own command and then this file (`pytest tests/book_pages.py`);
+`.ci/run` runs the book's own command and then this file (`pytest tests/book_pages.py`) once the lessons and benches
+have run (tests/conftest.py says when), beside the rest of the suite;
 $SHAPELAB_BOOK points it at another build's site folder. Every page of the site's table of contents is served over
 HTTP on 127.0.0.1 and loaded at 1280 x 800; the test checks that:
 - no page logs a console error, no internal link or image is broken, and no widget placeholder is left;

@@ -92,10 +92,43 @@ TIMELINE = Path(__file__).resolve().parents[1] / "test-artifacts" / "timeline.js
 KEEP_ARTIFACTS = os.environ.get("SHAPELAB_KEEP_TEST_ARTIFACTS") == "1"
 
 
+# The web edition is built from the lessons' executed copies and the benches' pictures: once the tests that make them
+# have run, the controller writes this file, and .ci/run builds and reads the edition beside the rest of the suite.
+BOOK_INPUTS_READY = TIMELINE.with_name("book-inputs-ready")
+BOOK_INPUT_TESTS = ("tests/test_notebooks.py::test_lesson_executes_under_nbval[",
+                    "tests/test_browser.py::test_bench_in_jupyterlab[")
+_book_inputs_pending: set | None = None  # the controller's, under pytest-xdist
+
+
 def pytest_sessionstart(session):
     if not hasattr(session.config, "workerinput") and not KEEP_ARTIFACTS:  # the controller, once: this run's lines only
-        for path in (TIMELINE, TIMELINE.with_name("timings.jsonl")):
+        for path in (TIMELINE, TIMELINE.with_name("timings.jsonl"), BOOK_INPUTS_READY):
             path.unlink(missing_ok=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    global _book_inputs_pending
+    if _book_inputs_pending is None:
+        _book_inputs_pending = {i for i in ids if i.startswith(BOOK_INPUT_TESTS)}
+        _book_inputs_done()
+
+
+def pytest_runtest_logreport(report):
+    if _book_inputs_pending and report.when == "teardown":
+        _book_inputs_pending.discard(report.nodeid)
+        _book_inputs_done()
+
+
+def pytest_sessionfinish(session):
+    if not hasattr(session.config, "workerinput") and not KEEP_ARTIFACTS:
+        _book_inputs_done(force=True)  # a run without xdist, or one that stopped early: whatever there is, now
+
+
+def _book_inputs_done(force: bool = False) -> None:
+    if (force or not _book_inputs_pending) and not BOOK_INPUTS_READY.exists():
+        BOOK_INPUTS_READY.parent.mkdir(parents=True, exist_ok=True)
+        BOOK_INPUTS_READY.touch()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -43,7 +43,7 @@ def test_the_notebook_is_stored_clean_asks_every_item_and_states_its_measured_ti
     numbers = [int(m.group(1)) for c in code if (m := ANSWER.match(c.source.strip()))]
     assert numbers == list(range(1, len(inv.items("A")) + 1))
     assert f'begin("{phase}")' in code[0].source
-    minutes, sentence = inv.taking_time(nb.cells)
+    minutes, sentence = inv.taking_time(nb.cells, phase)
     assert sentence in nb.cells[0].source, f"the title should state: {sentence}"
     assert minutes <= inv.LIMIT_MINUTES
     # nothing on the page runs a case or names a key: the cases are shown only by answer(), from the library

@@ -348,6 +348,44 @@ def test_room_command_help_and_check(tmp_path):
     assert "2 learners from" in out.stdout
 
 
+# A hub as JupyterHub stops: on SIGTERM it stops its service the way a managed service is stopped (SIGINT, up to
+# 10 s for it to go, then SIGTERM), then exits. Its service ignores SIGINT, as the slow stops in CI behaved.
+FAKE_SERVICE = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print(flush=True); time.sleep(120)"
+FAKE_HUB = """
+import signal, subprocess, sys, time
+service = subprocess.Popen([sys.executable, "-c", sys.argv[1], "-m", "jupyterhub_idle_culler"], stdout=subprocess.PIPE)
+service.stdout.readline()  # it ignores SIGINT from here on
+def stop(*_):
+    service.send_signal(signal.SIGINT)
+    try:
+        service.wait(10)
+    except subprocess.TimeoutExpired:
+        service.terminate(); service.wait()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("up", flush=True)
+time.sleep(120)
+"""
+
+
+def test_ctrl_c_stops_the_hubs_services_without_their_grace(tmp_path):
+    from shapelab.tools import room
+
+    hub = subprocess.Popen([sys.executable, "-c", FAKE_HUB, FAKE_SERVICE], stdout=subprocess.PIPE, text=True)
+    try:
+        assert hub.stdout.readline() == "up\n"
+        [service] = room.descendants(hub.pid)
+        said, began = [], time.monotonic()
+        room.stop_all(hub, [], tmp_path / "no-proxy.pid", say=said.append)
+        took = time.monotonic() - began
+        assert hub.returncode == 0 and not room._alive(service), said
+        assert took < 5, f"the stop took {took:.1f} s: the service's 10 s of grace were waited out"
+        assert said == [], said  # the hub stopped by itself: nothing left to kill
+    finally:
+        if hub.poll() is None:
+            hub.kill()
+
+
 def test_kubernetes_values_and_binder_files():
     """Parsed only: no cluster and no image build run here (INSTRUCTOR.md says what is untested)."""
     values = yaml.safe_load((ROOT / "deploy/z2jh/values.yaml").read_text())

@@ -943,18 +943,21 @@ def _shown_to_room() -> None:
 
 # ---------------------------------------------------------------- how long taking it takes (the notebooks state it)
 
-ANSWER_SECONDS = 10  # choosing a letter and typing it, once the case is read (its lines at readtime's code rate)
-# What a sitting may take. DESIGN.md (and issue 35) say at most 10 minutes; at the reading rates fitted to the reads
-# of lessons 00 and 02 (readtime) the 20-item form measures 13, the same content that measured 10 at the old rates.
-# Either those rates are slow for a test's short cases or the form must lose items (and the instrument its balance):
-# not decided; this ceiling stops the form from growing meanwhile.
-LIMIT_MINUTES = 13
+# An item's seconds beyond reading its words and lines at readtime's rates (thinking it out, typing the letter):
+# fitted to the totals of one timed read of both sittings, item by item (an AI's judgement of a careful taker,
+# 2026-12-05, as the lessons' reads are): about 19 minutes before the lessons, 16 after them.
+ANSWER_SECONDS = {"pre": 28, "post": 19}
+# What a sitting may take. DESIGN.md (and issue 35) say at most 10 minutes; 20 items (one per tagged concept, five of them
+# twice) measure 19 before and 16 after (the old estimate, 10 s an answer, said 13). Ten minutes would take about
+# half the items a sitting (fewer items, or each learner answering half of each form): not decided; this ceiling only
+# stops the form from growing meanwhile.
+LIMIT_MINUTES = 19
 
 
-def taking_time(cells) -> tuple[int, str]:
-    """(minutes, the sentence a notebook states) for a sitting: the notebook's prose and code as ``readtime``
-    counts them, plus the longer form's items as they are shown (question and options at its words a minute, the
-    case at its code lines a minute) and ``ANSWER_SECONDS`` an item."""
+def taking_time(cells, phase: str) -> tuple[int, str]:
+    """(minutes, the sentence a notebook states) for a sitting (``phase`` "pre" or "post"): the notebook's prose and
+    code as ``readtime`` counts them, plus the longer form's items as they are shown (question and options at its
+    words a minute, the case at its code lines a minute) and the phase's ``ANSWER_SECONDS`` an item."""
     import math
 
     from . import readtime as rt
@@ -965,6 +968,6 @@ def taking_time(cells) -> tuple[int, str]:
                  sum(rt._code_lines(it.case) for it in items(f))) for f in FORMS)
     n = len(items(FORMS[0]))
     minutes = math.ceil((words + shown[0]) / rt.WORDS_PER_MINUTE + (lines + shown[1]) / rt.CODE_LINES_PER_MINUTE
-                        + n * ANSWER_SECONDS / 60)
+                        + n * ANSWER_SECONDS[phase] / 60)
     return minutes, (f"{minutes} minutes, measured: {words + shown[0]:,} words, {lines + shown[1]} lines of code, "
-                     f"{n} answers at {ANSWER_SECONDS} s")
+                     f"{ANSWER_SECONDS[phase]} s to think out and answer each of {n} items")

@@ -51,6 +51,10 @@ DEFAULT_LEARNERS = 30       # what the limits are sized for without a roster or 
 OPEN_TIMEOUT = 120          # seconds the hub may take to answer its login page
 STOP_TIMEOUT = 30           # seconds the hub may take to stop its servers, services and proxy
 PORT_WAIT = 60              # seconds a start waits for a port a room just stopped still holds
+# The hub's managed services (hub.py): on SIGTERM it stops them one at a time, each with 10 s of SIGINT grace before
+# SIGTERM; in CI runs that stop sometimes passed STOP_TIMEOUT (the hub killed, 60 s lost in one test), so the room
+# stops them itself, with SIGTERM, right after the hub's.
+SERVICES = ("shapelab.room.service", "jupyterhub_idle_culler")
 
 
 def find_proxy(install: bool, say=print) -> str | None:
@@ -230,11 +234,15 @@ def stop_all(hub: subprocess.Popen, others: list, proxy_pid_file: Path, say=prin
         _signal_group(p.pid, signal.SIGTERM)
     if hub.poll() is None:
         hub.send_signal(signal.SIGTERM)
+        for p in seen:
+            if any(s in _command(p) for s in SERVICES):
+                _terminate(p)
         try:
             hub.wait(STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
             say(f"the hub did not stop within {STOP_TIMEOUT} s: killing it")
     left = [p for p in [psutil.Process(hub.pid) if hub.poll() is None else None, *seen] if p is not None and _alive(p)]
+    names = sorted({_label(p) for p in left})  # before the kill: said after it, for whoever reads why a stop was slow
     for p in left:
         _signal_group(p.pid, signal.SIGKILL)
         try:
@@ -246,7 +254,31 @@ def stop_all(hub: subprocess.Popen, others: list, proxy_pid_file: Path, say=prin
     for p in others:
         p.poll()
     if left:
-        say(f"killed {len(left)} process(es) left after the hub stopped")
+        say(f"killed {len(left)} process(es) left after the hub stopped: {', '.join(names)}")
+
+
+def _command(p) -> str:
+    import psutil
+
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def _label(p) -> str:
+    """A process as its command says it: the module after ``-m``, else the program's name."""
+    words = _command(p).split()
+    return words[words.index("-m") + 1] if "-m" in words[:-1] else (words[0].rsplit("/", 1)[-1] if words else "?")
+
+
+def _terminate(p) -> None:
+    import psutil
+
+    try:
+        p.terminate()
+    except psutil.Error:
+        pass
 
 
 def _alive(p) -> bool:
