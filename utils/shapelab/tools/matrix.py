@@ -258,6 +258,7 @@ def build_venv(release: str, venv: Path, wheels: Path | None) -> None:
     env = dict(os.environ, PIP_CONSTRAINT=str(constraint), PIP_DISABLE_PIP_VERSION_CHECK="1")
     links = ["--find-links", str(wheels)] if wheels else []
     if not reuse:
+        _sh([python, "-m", "pip", "install", "-q", "pip==26.3"], env=env)  # as the README's commands: 65 s -> 24 s
         _sh([python, "-m", "pip", "install", "-q", *links, f"torch=={release}"], env=env)
     _sh([python, "-m", "pip", "install", "-q", *links, "-r", reqs], env=env)  # a reused venv gets new pins too
     done.write_text(release + "\n")  # only a venv that finished installing is reused
