@@ -912,8 +912,8 @@ def test_ctrl_c_stops_everything_and_the_room_starts_again(hub):
     assert hub.api("GET", f"/users/{alice}")[0] == 200
     # The warm-up runs niced: on a loaded machine its own first line can come late, so the test waits for the
     # room to say it started one and for its process, not for the warm-up's output. (Inside CI runs this test took
-    # 8-70 s: both stops passed the hub's 30 s limit while it stopped its services one at a time, 10 s of SIGINT
-    # grace each; the room now stops them itself, tests/test_room_units.py, and it took 8.5 s.)
+    # 8-70 s: both stops passed the room's 30 s limit while the hub stopped its services one at a time, 10 s of
+    # SIGINT grace each; the room's hub configuration makes that 1 s, tests/test_room_units.py.)
     deadline, warming = time.monotonic() + 30, []
     while not warming:
         assert time.monotonic() < deadline, f"no warm-up process:\n{hub.tail()}"

@@ -947,10 +947,10 @@ def _shown_to_room() -> None:
 # fitted to the totals of one timed read of both sittings, item by item (an AI's judgement of a careful taker,
 # 2026-12-05, as the lessons' reads are): about 19 minutes before the lessons, 16 after them.
 ANSWER_SECONDS = {"pre": 28, "post": 19}
-# What a sitting may take. DESIGN.md (and issue 35) say at most 10 minutes; 20 items (one per tagged concept, five of them
-# twice) measure 19 before and 16 after (the old estimate, 10 s an answer, said 13). Ten minutes would take about
-# half the items a sitting (fewer items, or each learner answering half of each form): not decided; this ceiling only
-# stops the form from growing meanwhile.
+# What a sitting may take. DESIGN.md (and issue 35) say at most 10 minutes; 20 items (one per tagged concept, five
+# of them twice) measure 19 before and 16 after (the old estimate, 10 s an answer, said 13). Ten minutes would take
+# about half the items a sitting (fewer items, or each learner answering half of each form): not decided; this
+# ceiling only stops the form from growing meanwhile.
 LIMIT_MINUTES = 19
 
 

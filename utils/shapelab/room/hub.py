@@ -177,10 +177,13 @@ def configure(c, room: Room) -> None:
         room.page_url if handler.current_user is not None and handler.current_user.name == room.instructor else "")
 
     # JupyterHub restarts a managed service when its poll sees it gone; that poll (every 30 s) takes no
-    # config, so a crashed room service would be away for half a minute: look every 3 s instead
+    # config, so a crashed room service would be away for half a minute: look every 3 s instead. Stopping,
+    # the hub gives each service in turn 10 s to leave on SIGINT before SIGTERM; in CI runs both services
+    # waited that out, past the room's STOP_TIMEOUT (60 s lost in one test): 1 s each instead
     from jupyterhub.services import service as hub_services
     if hasattr(hub_services, "_ServiceSpawner"):
         hub_services._ServiceSpawner.poll_interval = 3
+        hub_services._ServiceSpawner.interrupt_timeout = 1
     # the hub's minutely health check of services only logs; it also fires while the hub stops and prints a
     # traceback when its service was just cleaned up (JupyterHub 6.1): the poll above is what restarts one
     c.JupyterHub.service_check_interval = 0

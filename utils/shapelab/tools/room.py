@@ -51,10 +51,6 @@ DEFAULT_LEARNERS = 30       # what the limits are sized for without a roster or 
 OPEN_TIMEOUT = 120          # seconds the hub may take to answer its login page
 STOP_TIMEOUT = 30           # seconds the hub may take to stop its servers, services and proxy
 PORT_WAIT = 60              # seconds a start waits for a port a room just stopped still holds
-# The hub's managed services (hub.py): on SIGTERM it stops them one at a time, each with 10 s of SIGINT grace before
-# SIGTERM; in CI runs that stop sometimes passed STOP_TIMEOUT (the hub killed, 60 s lost in one test), so the room
-# stops them itself, with SIGTERM, right after the hub's.
-SERVICES = ("shapelab.room.service", "jupyterhub_idle_culler")
 
 
 def find_proxy(install: bool, say=print) -> str | None:
@@ -234,9 +230,6 @@ def stop_all(hub: subprocess.Popen, others: list, proxy_pid_file: Path, say=prin
         _signal_group(p.pid, signal.SIGTERM)
     if hub.poll() is None:
         hub.send_signal(signal.SIGTERM)
-        for p in seen:
-            if any(s in _command(p) for s in SERVICES):
-                _terminate(p)
         try:
             hub.wait(STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -270,15 +263,6 @@ def _label(p) -> str:
     """A process as its command says it: the module after ``-m``, else the program's name."""
     words = _command(p).split()
     return words[words.index("-m") + 1] if "-m" in words[:-1] else (words[0].rsplit("/", 1)[-1] if words else "?")
-
-
-def _terminate(p) -> None:
-    import psutil
-
-    try:
-        p.terminate()
-    except psutil.Error:
-        pass
 
 
 def _alive(p) -> bool:
